@@ -1,0 +1,842 @@
+"""The memory check: allocator health, fragmentation and OOM verdicts.
+
+Cost model (runtime-hooks §4.1, re-measured on an H200 with torch 2.11):
+``torch.cuda.memory_stats()`` costs ~56 µs because it flattens 122 keys in
+Python, the raw ``torch._C._cuda_memoryStats`` behind it ~8 µs,
+``mem_get_info()`` ~4 µs, a snapshot ~0.16 ms. So ``on_step`` does one clock
+read per step and samples (raw stats + ``mem_get_info``) only once per
+``sample_interval_s`` (50 ms: ~0.25 µs per step on average on a 1 ms step).
+Snapshots are taken only on a trigger (allocation retries rose, slack high
+near the cap, many inactive split blocks, an OOM, the session's end) and
+rate-limited. ``memory_allocated()``/``memory_reserved()`` are never called:
+each is a full ``memory_stats()``.
+
+Every torch call sits behind ``TorchAllocatorSource``; the CPU tests drive
+``MemoryCheck`` with a fake source and a fake clock.
+"""
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+
+from . import fragmentation as frag
+from .findings import ALLOC_CHURN, ALLOC_RETRY, FRAGMENTATION, NEAR_CAPACITY, OOM, Finding, Frame
+from .nvml import NvmlSampler
+
+MiB = 1 << 20
+DEFAULT_SAMPLE_INTERVAL_S = 0.05
+SNAPSHOT_MIN_INTERVAL_S = 1.0
+MAX_TRIGGERED_SNAPSHOTS = 8
+NEAR_CAP_FRACTION = 0.9
+HIGH_SLACK = 0.3
+INACTIVE_SPLIT_TRIGGER_BYTES = 64 * MiB
+INACTIVE_SPLIT_TRIGGER_FRACTION = 0.25
+CHURN_MIN_EVENTS = 2
+CHURN_MIN_PER_STEP = 0.2
+CHURN_MIN_STEPS = 2
+
+
+# ------------------------------------------------------------------ stats
+
+
+@dataclass(frozen=True)
+class AllocatorStats:
+    """The allocator counters the check reads, from one stats call."""
+
+    allocated: int = 0
+    reserved: int = 0
+    active: int = 0
+    requested: int = 0
+    inactive_split_bytes: int = 0
+    inactive_split: int = 0
+    segments: int = 0
+    allocated_peak: int = 0
+    reserved_peak: int = 0
+    num_alloc_retries: int = 0
+    num_ooms: int = 0
+    num_sync_all_streams: int = 0
+    num_device_alloc: int = 0
+    num_device_free: int = 0
+
+    _POOLED = (
+        ("allocated", "allocated_bytes", "current"),
+        ("reserved", "reserved_bytes", "current"),
+        ("active", "active_bytes", "current"),
+        ("requested", "requested_bytes", "current"),
+        ("inactive_split_bytes", "inactive_split_bytes", "current"),
+        ("inactive_split", "inactive_split", "current"),
+        ("segments", "segment", "current"),
+        ("allocated_peak", "allocated_bytes", "peak"),
+        ("reserved_peak", "reserved_bytes", "peak"),
+    )
+    _SCALARS = ("num_alloc_retries", "num_ooms", "num_sync_all_streams", "num_device_alloc", "num_device_free")
+
+    @classmethod
+    def from_nested(cls, stats: Mapping[str, Any]) -> "AllocatorStats":
+        """From ``torch.cuda.memory_stats_as_nested_dict()`` (or the raw C call)."""
+        values: Dict[str, int] = {}
+        for field_name, stat, which in cls._POOLED:
+            values[field_name] = int(((stats.get(stat) or {}).get("all") or {}).get(which, 0))
+        for name in cls._SCALARS:
+            values[name] = int(stats.get(name, 0) or 0)
+        return cls(**values)
+
+    @classmethod
+    def from_flat(cls, stats: Mapping[str, Any]) -> "AllocatorStats":
+        """From ``torch.cuda.memory_stats()``'s flat ``"allocated_bytes.all.current"`` keys."""
+        values: Dict[str, int] = {}
+        for field_name, stat, which in cls._POOLED:
+            values[field_name] = int(stats.get(f"{stat}.all.{which}", 0))
+        for name in cls._SCALARS:
+            values[name] = int(stats.get(name, 0) or 0)
+        return cls(**values)
+
+    @property
+    def reserved_unallocated(self) -> int:
+        return max(0, self.reserved - self.allocated)
+
+    @property
+    def slack(self) -> float:
+        return self.reserved_unallocated / self.reserved if self.reserved else 0.0
+
+    def to_json(self) -> Dict[str, int]:
+        return asdict(self)
+
+
+# ------------------------------------------------------------------ torch adapter
+
+
+class TorchAllocatorSource:
+    """The only code in this module that calls torch."""
+
+    def __init__(self, torch: Any, device: Optional[int] = None) -> None:
+        self._torch = torch
+        self._device = device
+        self._raw_stats = getattr(torch._C, "_cuda_memoryStats", None)
+
+    @classmethod
+    def create(cls, device: Optional[int] = None) -> Optional["TorchAllocatorSource"]:
+        try:
+            import torch
+        except ImportError:
+            return None
+        try:
+            if torch.cuda.device_count() == 0:
+                return None
+        except Exception:
+            return None
+        return cls(torch, device)
+
+    @property
+    def device(self) -> int:
+        if self._device is None:
+            self._device = self._torch.cuda.current_device()
+        return self._device
+
+    def is_initialized(self) -> bool:
+        return bool(self._torch.cuda.is_initialized())
+
+    def on_init(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` once CUDA is initialized, without initializing it."""
+        lazy_call = getattr(self._torch.cuda, "_lazy_call", None)
+        if self.is_initialized() or lazy_call is None:
+            callback()
+        else:
+            lazy_call(callback)
+
+    def stats(self, device: Optional[int] = None) -> AllocatorStats:
+        index = self.device if device is None else device
+        if self._raw_stats is not None:
+            try:
+                return AllocatorStats.from_nested(self._raw_stats(index))
+            except Exception:
+                self._raw_stats = None
+        return AllocatorStats.from_nested(self._torch.cuda.memory_stats_as_nested_dict(index))
+
+    def mem_get_info(self, device: Optional[int] = None) -> Tuple[int, int]:
+        free, total = self._torch.cuda.mem_get_info(self.device if device is None else device)
+        return int(free), int(total)
+
+    def cap(self, total: int, device: Optional[int] = None) -> int:
+        """The process's allowed bytes: total times ``set_per_process_memory_fraction``."""
+        get_fraction = getattr(self._torch.cuda, "get_per_process_memory_fraction", None)
+        if get_fraction is None:
+            return total
+        try:
+            return int(total * float(get_fraction(self.device if device is None else device)))
+        except Exception:
+            return total
+
+    def snapshot(self, device: Optional[int] = None) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
+        """(segments of this device, allocator_settings)."""
+        index = self.device if device is None else device
+        settings: Dict[str, Any] = {}
+        private = getattr(self._torch.cuda.memory, "_snapshot", None)
+        if private is not None:
+            try:
+                snap = private()
+                segments = snap.get("segments", [])
+                settings = dict(snap.get("allocator_settings") or {})
+            except Exception:
+                segments = self._torch.cuda.memory_snapshot()
+        else:
+            segments = self._torch.cuda.memory_snapshot()
+        return [s for s in segments if int(s.get("device", index)) == index], settings
+
+    def current_stream(self, device: Optional[int] = None) -> Optional[int]:
+        try:
+            return int(self._torch.cuda.current_stream(self.device if device is None else device).cuda_stream)
+        except Exception:
+            return None
+
+    def attach_oom_observer(self, callback: Callable[[int, int, int, int], None]) -> bool:
+        attach = getattr(self._torch._C, "_cuda_attach_out_of_memory_observer", None)
+        if attach is None:
+            return False
+        attach(callback)
+        return True
+
+    def pci_bus_id(self) -> Optional[str]:
+        try:
+            props = self._torch.cuda.get_device_properties(self.device)
+            return f"{props.pci_domain_id:08X}:{props.pci_bus_id:02X}:{props.pci_device_id:02X}.0"
+        except Exception:
+            return None
+
+    def device_name(self) -> Optional[str]:
+        try:
+            return str(self._torch.cuda.get_device_name(self.device))
+        except Exception:
+            return None
+
+    def alloc_conf(self) -> Optional[str]:
+        return os.environ.get("PYTORCH_ALLOC_CONF") or os.environ.get("PYTORCH_CUDA_ALLOC_CONF")
+
+
+# ------------------------------------------------------------------ OOM observer
+
+# The observer cannot be detached: it is attached once per process and
+# forwards to the innermost active MemoryCheck.
+_observer_lock = threading.Lock()
+_observer_attached = False
+_active_checks: List["MemoryCheck"] = []
+
+
+def _on_out_of_memory(device: int, alloc: int, device_total: int, device_free: int) -> None:
+    try:
+        check = _active_checks[-1] if _active_checks else None
+        if check is not None:
+            check._record_oom(device, alloc, device_total, device_free)
+    except BaseException:  # an exception here would surface inside the allocator
+        pass
+
+
+def _ensure_observer(source: Any) -> bool:
+    global _observer_attached
+    with _observer_lock:
+        if _observer_attached:
+            return True
+        try:
+            _observer_attached = bool(source.attach_oom_observer(_on_out_of_memory))
+        except Exception:
+            _observer_attached = False
+        return _observer_attached
+
+
+def _user_stack() -> List[Frame]:
+    try:
+        from .frames import user_stack
+    except ImportError:
+        return []
+    try:
+        return list(user_stack(limit=8))
+    except Exception:
+        return []
+
+
+@dataclass
+class _OomEvent:
+    device: int
+    alloc: int
+    device_total: int
+    device_free: int
+    stats: Optional[AllocatorStats]
+    segments: Optional[List[Dict[str, Any]]]
+    settings: Dict[str, Any]
+    stream: Optional[int]
+    stack: List[Frame]
+    process_used: Optional[int]
+    others_used: Optional[int]
+    step: Optional[int]
+    alloc_conf: Optional[str]
+
+
+@dataclass
+class _SnapshotRecord:
+    reason: str
+    step: Optional[int]
+    metrics: frag.SnapshotMetrics
+    verdict: Optional[frag.FragmentationVerdict]
+    settings: Dict[str, Any]
+    stats: Optional[AllocatorStats]
+
+
+# ------------------------------------------------------------------ the check
+
+
+class MemoryCheck:
+    """Allocator health for one sanitizer session (the ``memory`` check)."""
+
+    name = "memory"
+
+    def __init__(
+        self,
+        session: Any,
+        *,
+        source: Any = None,
+        nvml_sampler: Any = None,
+        use_nvml: bool = True,
+        clock: Callable[[], float] = time.perf_counter,
+        sample_interval_s: float = DEFAULT_SAMPLE_INTERVAL_S,
+        thresholds: frag.Thresholds = frag.Thresholds(),
+    ) -> None:
+        self.session = session
+        self._source = source
+        self._nvml = nvml_sampler
+        self._use_nvml = use_nvml
+        self._clock = clock
+        self.sample_interval_s = sample_interval_s
+        self.thresholds = thresholds
+        self._started = False
+        self._stopped = False
+        self.inactive_reason: Optional[str] = None
+        self._next_sample_at = math.inf
+        self._last_step: Optional[int] = None
+        self._start_stats: Optional[AllocatorStats] = None
+        self._last_stats: Optional[AllocatorStats] = None
+        self._end_stats: Optional[AllocatorStats] = None
+        self._baseline: Optional[Tuple[AllocatorStats, Optional[int]]] = None
+        self._cap: Optional[int] = None
+        self._device_total: Optional[int] = None
+        self._min_device_free: Optional[int] = None
+        self._max_reserved = 0
+        self._max_allocated = 0
+        self._samples = 0
+        self._retry_steps: List[Optional[int]] = []
+        self._churn_intervals = 0
+        self._snapshots: List[_SnapshotRecord] = []
+        self._last_snapshot_at = -math.inf
+        self._ooms: List[_OomEvent] = []
+        self._pressure = False
+        self._on_active_stack = False
+
+    # -------------------------------------------------------------- protocol
+
+    def start(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        if self._source is None:
+            self._source = TorchAllocatorSource.create()
+        if self._source is None:
+            self.inactive_reason = "no CUDA device"
+            return
+        _active_checks.append(self)
+        self._on_active_stack = True
+        source = self._source
+        if source.is_initialized():
+            self._on_cuda_ready()
+        else:
+            # Before CUDA's first use every counter is 0; initializing CUDA
+            # here would cost the user a context they may not want yet.
+            self._start_stats = AllocatorStats()
+            self._last_stats = self._start_stats
+            source.on_init(self._attach_observer)
+        if self._use_nvml and self._nvml is None:
+            try:
+                if source.is_initialized():
+                    self._nvml = NvmlSampler(source.device, pci_bus_id=source.pci_bus_id())
+                else:
+                    self._nvml = NvmlSampler(_visible_device_index())
+            except Exception:
+                self._nvml = None
+        if self._nvml is not None:
+            self._nvml.start()
+        self._next_sample_at = 0.0
+
+    def _attach_observer(self) -> None:
+        if not self._stopped:
+            _ensure_observer(self._source)
+
+    def _on_cuda_ready(self) -> None:
+        self._attach_observer()
+        stats = self._source.stats()
+        self._start_stats = self._last_stats = stats
+
+    def on_step(self, step: int) -> None:
+        self._last_step = step
+        if self._clock() < self._next_sample_at:
+            return
+        self._sample(step)
+
+    def stop(self) -> None:
+        if not self._started or self._stopped:
+            return
+        self._stopped = True
+        self._next_sample_at = math.inf
+        try:
+            if self._source is not None and self._source.is_initialized():
+                stats = self._take_sample(self._last_step)
+                self._end_stats = stats
+                self._snapshot("session-end", self._last_step, under_pressure=self._under_pressure())
+        finally:
+            if self._nvml is not None:
+                self._nvml.stop()
+            if self._on_active_stack:
+                try:
+                    _active_checks.remove(self)
+                except ValueError:
+                    pass
+                self._on_active_stack = False
+
+    # -------------------------------------------------------------- sampling
+
+    def _sample(self, step: Optional[int]) -> None:
+        if getattr(self.session, "in_warmup", False):
+            return  # _next_sample_at stays 0: check again at the next step
+        if self._source is None or not self._source.is_initialized():
+            self._next_sample_at = self._clock() + self.sample_interval_s
+            return
+        if not _observer_attached:
+            self._attach_observer()
+        self._take_sample(step)
+        self._next_sample_at = self._clock() + self.sample_interval_s
+
+    def _take_sample(self, step: Optional[int]) -> AllocatorStats:
+        source = self._source
+        stats = source.stats()
+        free, total = source.mem_get_info()
+        self._samples += 1
+        self._device_total = total
+        self._cap = source.cap(total)
+        self._min_device_free = free if self._min_device_free is None else min(self._min_device_free, free)
+        self._max_reserved = max(self._max_reserved, stats.reserved)
+        self._max_allocated = max(self._max_allocated, stats.allocated)
+        previous = self._last_stats or stats
+        if self._baseline is None and not getattr(self.session, "in_warmup", False) and not self._stopped:
+            self._baseline = (stats, step)
+            if self._nvml is not None:
+                self._nvml.mark_measurement_start()
+        elif self._baseline is not None:
+            grew = (stats.num_device_alloc - previous.num_device_alloc) + (stats.num_device_free - previous.num_device_free)
+            if grew > 0:
+                self._churn_intervals += 1
+        trigger: Optional[str] = None
+        if stats.num_alloc_retries > previous.num_alloc_retries:
+            self._retry_steps.append(step)
+            self._pressure = True
+            trigger = "alloc-retry"
+        near_cap = bool(self._cap) and stats.reserved >= NEAR_CAP_FRACTION * self._cap
+        low_free = total > 0 and free < (1.0 - NEAR_CAP_FRACTION) * total
+        if near_cap or low_free:
+            self._pressure = True
+            if trigger is None and stats.slack >= HIGH_SLACK:
+                trigger = "high-slack-near-cap"
+        if (
+            trigger is None
+            and stats.inactive_split_bytes >= INACTIVE_SPLIT_TRIGGER_BYTES
+            and stats.reserved
+            and stats.inactive_split_bytes / stats.reserved >= INACTIVE_SPLIT_TRIGGER_FRACTION
+        ):
+            trigger = "inactive-split"
+        self._last_stats = stats
+        if trigger is not None and not self._stopped:
+            self._maybe_snapshot(trigger, step)
+        return stats
+
+    def _under_pressure(self) -> bool:
+        return self._pressure or bool(self._ooms)
+
+    def _maybe_snapshot(self, reason: str, step: Optional[int]) -> None:
+        now = self._clock()
+        triggered = sum(1 for s in self._snapshots if s.reason != "session-end")
+        if triggered >= MAX_TRIGGERED_SNAPSHOTS or now - self._last_snapshot_at < SNAPSHOT_MIN_INTERVAL_S:
+            return
+        self._last_snapshot_at = now
+        self._snapshot(reason, step, under_pressure=self._under_pressure())
+
+    def _snapshot(self, reason: str, step: Optional[int], *, under_pressure: bool) -> Optional[_SnapshotRecord]:
+        try:
+            segments, settings = self._source.snapshot()
+        except Exception:
+            return None
+        metrics = frag.analyze(segments)
+        verdict = frag.judge(metrics, under_pressure=under_pressure, thresholds=self.thresholds)
+        record = _SnapshotRecord(reason, step, metrics, verdict, settings, self._last_stats)
+        self._snapshots.append(record)
+        return record
+
+    # -------------------------------------------------------------- OOM
+
+    def _record_oom(self, device: int, alloc: int, device_total: int, device_free: int) -> None:
+        """Runs inside the allocator's OOM observer: gather, never judge or raise."""
+        source = self._source
+        stats = segments = None
+        settings: Dict[str, Any] = {}
+        stream = None
+        try:
+            stats = source.stats(device)
+        except Exception:
+            pass
+        try:
+            segments, settings = source.snapshot(device)
+        except Exception:
+            pass
+        try:
+            stream = source.current_stream(device)
+        except Exception:
+            pass
+        process_used = others_used = None
+        if self._nvml is not None and getattr(self._nvml, "available", False):
+            try:
+                process_used, others_used = self._nvml.process_usage()
+            except Exception:
+                pass
+        self._ooms.append(
+            _OomEvent(
+                device=int(device),
+                alloc=int(alloc),
+                device_total=int(device_total),
+                device_free=int(device_free),
+                stats=stats,
+                segments=segments,
+                settings=settings,
+                stream=stream,
+                stack=_user_stack(),
+                process_used=process_used,
+                others_used=others_used,
+                step=self._last_step,
+                alloc_conf=source.alloc_conf(),
+            )
+        )
+
+    def _oom_verdict(self, event: _OomEvent) -> Tuple[frag.OomVerdict, Optional[frag.SnapshotMetrics]]:
+        metrics = frag.analyze(event.segments) if event.segments is not None else None
+        stats = event.stats or AllocatorStats()
+        conf = event.alloc_conf or (event.settings.get("PYTORCH_CUDA_ALLOC_CONF") or None)
+        expandable = event.settings.get("expandable_segments")
+        verdict = frag.oom_verdict(
+            event.alloc,
+            stats.reserved,
+            stats.allocated,
+            metrics,
+            stream=event.stream,
+            cap=event.device_total,
+            device_free=event.device_free,
+            process_used=event.process_used,
+            other_processes_used=event.others_used,
+            current_conf=conf,
+            expandable=None if expandable is None else bool(expandable),
+        )
+        return verdict, metrics
+
+    # -------------------------------------------------------------- findings
+
+    def _test(self) -> Optional[str]:
+        return getattr(self.session, "test_id", None)
+
+    def findings(self) -> List[Finding]:
+        found: List[Finding] = []
+        found.extend(self._oom_findings())
+        found.extend(self._fragmentation_findings())
+        retry = self._retry_finding()
+        if retry is not None:
+            found.append(retry)
+        churn = self._churn_finding()
+        if churn is not None:
+            found.append(churn)
+        found.extend(self._capacity_findings())
+        test = self._test()
+        for finding in found:
+            if finding.test is None:
+                finding.test = test
+        return found
+
+    def _oom_findings(self) -> List[Finding]:
+        by_key: Dict[Tuple[str, Optional[str], Optional[int]], Finding] = {}
+        for event in list(self._ooms):
+            verdict, metrics = self._oom_verdict(event)
+            top = event.stack[0] if event.stack else None
+            key = (verdict.cause, top.file if top else None, top.line if top else None)
+            if key in by_key:
+                by_key[key].count += 1
+                by_key[key].details["steps"].append(event.step)
+                continue
+            details = verdict.to_json()
+            stats = event.stats or AllocatorStats()
+            details.update(
+                {
+                    "device": event.device,
+                    "stream": event.stream,
+                    "active_bytes": stats.active,
+                    "inactive_split_bytes": stats.inactive_split_bytes,
+                    "slack": round(stats.slack, 4),
+                    "observer_args": {
+                        "device": event.device,
+                        "alloc": event.alloc,
+                        "device_total": event.device_total,
+                        "device_free": event.device_free,
+                    },
+                    "allocator_settings": _compact_settings(event.settings),
+                    "snapshot": metrics.to_json() if metrics is not None else None,
+                    "steps": [event.step],
+                }
+            )
+            if verdict.cause == frag.FRAGMENTATION and not verdict.expandable:
+                details["empty_cache_helps"] = False
+            by_key[key] = Finding(
+                kind=OOM,
+                severity="error",
+                message=verdict.message(),
+                file=top.file if top else None,
+                line=top.line if top else None,
+                function=top.function if top else None,
+                stack=list(event.stack),
+                fix_hint=verdict.fix_hint(),
+                details=details,
+            )
+        return list(by_key.values())
+
+    def _fragmentation_findings(self) -> List[Finding]:
+        worst: Dict[str, _SnapshotRecord] = {}
+        seen: Dict[str, int] = {}
+        for record in self._snapshots:
+            verdict = record.verdict
+            if verdict is None:
+                continue
+            seen[verdict.category] = seen.get(verdict.category, 0) + 1
+            best = worst.get(verdict.category)
+            if best is None or verdict.free_bytes > best.verdict.free_bytes:
+                worst[verdict.category] = record
+        found = []
+        for category, record in worst.items():
+            verdict = record.verdict
+            metrics = record.metrics
+            overall = metrics.overall
+            current_conf = self._source.alloc_conf() if self._source is not None else None
+            suggested, alternatives = frag.suggest_alloc_conf(current_conf, expandable=metrics.expandable, cause=frag.FRAGMENTATION)
+            if category == frag.HARD:
+                hint = f"set PYTORCH_ALLOC_CONF={suggested}" if suggested else "free long-lived tensors together"
+                if not metrics.expandable:
+                    hint += "; allocate long-lived tensors before short-lived ones (empty_cache() cannot merge these gaps)"
+                else:
+                    hint += "; call empty_cache() outside the hot loop to unmap the gaps"
+            elif category == frag.STREAM:
+                hint = "free memory on the stream that allocated it, or synchronize and call empty_cache() between phases"
+            else:
+                hint = "fully free cached segments hold memory: torch.cuda.empty_cache() between phases, or preallocate"
+            stats = record.stats or AllocatorStats()
+            found.append(
+                Finding(
+                    kind=FRAGMENTATION,
+                    severity=verdict.severity,
+                    message=f"{category} fragmentation: {verdict.reason}",
+                    count=seen[category],
+                    fix_hint=hint,
+                    details={
+                        "category": category,
+                        "trigger": record.reason,
+                        "step": record.step,
+                        "reserved_bytes": overall.reserved,
+                        "allocated_bytes": overall.allocated,
+                        "active_bytes": stats.active,
+                        "inactive_split_bytes": stats.inactive_split_bytes,
+                        "slack": round(overall.slack, 4),
+                        "non_releasable": round(stats.inactive_split_bytes / stats.reserved, 4) if stats.reserved else 0.0,
+                        "largest_free_block_bytes": overall.largest_free,
+                        "total_free_bytes": overall.total_free,
+                        "external_fragmentation": round(overall.external_fragmentation, 4),
+                        "asawicki": round(overall.asawicki, 4),
+                        "snapshot": metrics.to_json(),
+                        "allocator_settings": _compact_settings(record.settings),
+                        "suggested_alloc_conf": suggested,
+                        "alternatives": alternatives,
+                    },
+                )
+            )
+        return found
+
+    def _retry_finding(self) -> Optional[Finding]:
+        start, end = self._start_stats, self._end_stats or self._last_stats
+        if start is None or end is None:
+            return None
+        ooms = end.num_ooms - start.num_ooms
+        # Every OOM is preceded by a retry; those are reported as the OOM.
+        retries = (end.num_alloc_retries - start.num_alloc_retries) - ooms
+        if retries <= 0:
+            return None
+        return Finding(
+            kind=ALLOC_RETRY,
+            severity="warning",
+            message=(
+                f"{retries} allocation retr{'y' if retries == 1 else 'ies'}: cudaMalloc failed, the allocator "
+                f"synchronized all streams, freed its cache and retried"
+            ),
+            count=retries,
+            fix_hint="memory is near the limit or fragmented: set PYTORCH_ALLOC_CONF=expandable_segments:True or lower peak memory",
+            details={
+                "num_alloc_retries": retries,
+                "num_sync_all_streams": end.num_sync_all_streams - start.num_sync_all_streams,
+                "steps": [s for s in self._retry_steps if s is not None][:20],
+                "reserved_bytes": end.reserved,
+                "allocated_bytes": end.allocated,
+            },
+        )
+
+    def measured_steps(self) -> int:
+        if self._baseline is None or self._last_step is None or self._baseline[1] is None:
+            return 0
+        return max(0, self._last_step - self._baseline[1])
+
+    def _churn_finding(self) -> Optional[Finding]:
+        if self._baseline is None:
+            return None
+        end = self._end_stats or self._last_stats
+        base = self._baseline[0]
+        steps = self.measured_steps()
+        if end is None or steps < CHURN_MIN_STEPS:
+            return None
+        mallocs = end.num_device_alloc - base.num_device_alloc
+        frees = end.num_device_free - base.num_device_free
+        if mallocs < CHURN_MIN_EVENTS or frees < CHURN_MIN_EVENTS or (mallocs + frees) / steps < CHURN_MIN_PER_STEP:
+            return None
+        return Finding(
+            kind=ALLOC_CHURN,
+            severity="warning",
+            message=(
+                f"cudaMalloc/cudaFree churn after warm-up: {mallocs} mallocs and {frees} frees over {steps} steps "
+                f"({(mallocs + frees) / steps:.2f} per step); each cudaFree synchronizes the device"
+            ),
+            count=mallocs + frees,
+            fix_hint=(
+                "keep the cache warm: no torch.cuda.empty_cache() in the loop, stable tensor shapes, "
+                "or PYTORCH_ALLOC_CONF=expandable_segments:True"
+            ),
+            details={
+                "num_device_alloc": mallocs,
+                "num_device_free": frees,
+                "steps": steps,
+                "per_step": round((mallocs + frees) / steps, 3),
+                "sampled_intervals_with_growth": self._churn_intervals,
+                "num_alloc_retries": end.num_alloc_retries - base.num_alloc_retries,
+            },
+        )
+
+    def _capacity_findings(self) -> List[Finding]:
+        found: List[Finding] = []
+        nvml_findings = []
+        if self._nvml is not None:
+            try:
+                nvml_findings = self._nvml.findings()
+            except Exception:
+                nvml_findings = []
+        found.extend(nvml_findings)
+        has_nvml_capacity = any(f.kind == NEAR_CAPACITY for f in nvml_findings)
+        peak_reserved, exact = self._peak("reserved")
+        if not has_nvml_capacity and self._cap and peak_reserved >= NEAR_CAP_FRACTION * self._cap:
+            found.append(
+                Finding(
+                    kind=NEAR_CAPACITY,
+                    severity="warning",
+                    message=(
+                        f"reserved memory peaked at {peak_reserved / self._cap:.0%} of the "
+                        f"{frag.format_bytes(self._cap)} this process may use"
+                    ),
+                    fix_hint="little headroom left: an input of another shape may OOM; reduce peak memory",
+                    details={
+                        "source": "allocator",
+                        "peak_reserved_bytes": peak_reserved,
+                        "peak_exact": exact,
+                        "cap_bytes": self._cap,
+                        "device_total_bytes": self._device_total,
+                        "threshold_fraction": NEAR_CAP_FRACTION,
+                    },
+                )
+            )
+        return found
+
+    # -------------------------------------------------------------- summary
+
+    def _peak(self, which: str) -> Tuple[int, bool]:
+        """The session's peak: exact when the allocator's peak rose during it.
+
+        The peak counters are never reset (that would change what the user's
+        own code reads); when they did not rise, the sampled maximum is a
+        lower bound.
+        """
+        start, end = self._start_stats, self._end_stats or self._last_stats
+        sampled = self._max_reserved if which == "reserved" else self._max_allocated
+        if start is None or end is None:
+            return sampled, False
+        start_peak = start.reserved_peak if which == "reserved" else start.allocated_peak
+        end_peak = end.reserved_peak if which == "reserved" else end.allocated_peak
+        if end_peak > start_peak:
+            return end_peak, True
+        return sampled, False
+
+    def summary(self) -> Dict[str, Any]:
+        """Plain data for the report: peaks, counters over the session, metrics."""
+        if self._source is None or self.inactive_reason is not None:
+            return {"available": False, "reason": self.inactive_reason or "not started"}
+        start, end = self._start_stats, self._end_stats or self._last_stats
+        data: Dict[str, Any] = {"available": True, "samples": self._samples, "snapshots": len(self._snapshots)}
+        if start is None or end is None:
+            data["reason"] = "CUDA was never initialized"
+            return data
+        peak_allocated, allocated_exact = self._peak("allocated")
+        peak_reserved, reserved_exact = self._peak("reserved")
+        data.update(
+            {
+                "peak_allocated_bytes": peak_allocated,
+                "peak_reserved_bytes": peak_reserved,
+                "peak_exact": allocated_exact and reserved_exact,
+                "allocated_bytes": end.allocated,
+                "reserved_bytes": end.reserved,
+                "reserved_unallocated_bytes": end.reserved_unallocated,
+                "slack": round(end.slack, 4),
+                "inactive_split_bytes": end.inactive_split_bytes,
+                "inactive_split_blocks": end.inactive_split,
+                "non_releasable": round(end.inactive_split_bytes / end.reserved, 4) if end.reserved else 0.0,
+                "cap_bytes": self._cap,
+                "device_total_bytes": self._device_total,
+                "min_device_free_bytes": self._min_device_free,
+                "num_alloc_retries": end.num_alloc_retries - start.num_alloc_retries,
+                "num_ooms": end.num_ooms - start.num_ooms,
+                "num_sync_all_streams": end.num_sync_all_streams - start.num_sync_all_streams,
+                "num_device_alloc": end.num_device_alloc - start.num_device_alloc,
+                "num_device_free": end.num_device_free - start.num_device_free,
+                "measured_steps": self.measured_steps(),
+            }
+        )
+        if self._snapshots:
+            last = self._snapshots[-1]
+            data["fragmentation"] = {"trigger": last.reason, "step": last.step, **last.metrics.to_json()}
+        if self._nvml is not None:
+            data["nvml"] = self._nvml.summary()
+        return data
+
+
+def _visible_device_index() -> int:
+    """NVML's index of CUDA device 0, without initializing CUDA."""
+    first = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    return int(first) if first.isdigit() else 0
+
+
+def _compact_settings(settings: Mapping[str, Any]) -> Dict[str, Any]:
+    """The allocator settings worth a report line (roundup tables dropped)."""
+    keep = ("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments", "max_split_size", "garbage_collection_threshold")
+    return {key: settings[key] for key in keep if key in settings}
