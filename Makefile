@@ -1,0 +1,40 @@
+# Two commands do all the set-up on a fresh machine: `make demo` and `make test`.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.torchlint-installed
+# The CPU wheel: a bare `torch` requirement would pull several GB of CUDA packages.
+TORCH_PIN ?= torch==2.13.0
+
+.PHONY: install demo test lint-self docs bench clean
+
+$(PY):
+	python3 -m venv $(VENV)
+
+$(STAMP): $(PY) pyproject.toml Makefile
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH_PIN)"
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	@echo "== torchlint examples/  (the findings)"
+	-$(VENV)/bin/torchlint examples/
+	@echo
+	@echo "== torchlint --diff examples/  (what --fix would change; nothing is written)"
+	-$(VENV)/bin/torchlint --diff --unsafe-fixes examples/
+	@echo
+	@echo "== the runtime sanitizer on examples/train.py"
+	@$(PY) -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" \
+	  && $(VENV)/bin/torchlint-sanitize --warmup-steps 2 examples/train.py --epochs 1 \
+	  || echo "no CUDA device: sanitizer demo skipped"
+
+test: $(STAMP)
+	$(PY) -m pytest -n 2 --dist loadgroup
+
+docs: $(STAMP)
+	$(VENV)/bin/torchlint rule --all --output-format markdown > docs/rules.md
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .torchlint_cache

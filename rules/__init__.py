@@ -1,0 +1,1 @@
+"""The rule modules, one per rule; discovered by ``torchlint.registry``."""

@@ -1,0 +1,400 @@
+from __future__ import annotations
+
+from typing import List, Optional, Tuple
+
+import libcst as cst
+
+from torchlint.analysis import Site
+from torchlint.names import dotted_name
+from torchlint.rule import DISPLAY_ONLY, Fix, Invalid, Rule, Valid
+from torchlint.tensors import already_on_host, reads_host, tensor_evidence
+
+_CONVERSIONS = ("float", "int", "bool")
+_FORMATTERS = ("print", "str", "repr", "format")
+
+
+class HostSyncInLoop(Rule):
+    """## What it does
+    Flags operations that make the host wait for the GPU when they sit in the
+    body of a training or evaluation loop, and so run on every batch:
+    `.item()`, `.tolist()`, `.cpu()`, `.to("cpu")`, `.numpy()`, `float(t)`,
+    `int(t)` and `bool(t)` of a tensor, `print` or string formatting of a
+    tensor, and `if`/`while`/`assert` on a tensor. A sync inside a helper
+    function of the same module that the loop calls is reported at the sync
+    line, naming the loop.
+
+    The rule stays silent under a periodic guard (`if step % N == 0:`), once
+    per epoch or after the loop, on exception paths (`except` blocks, `raise`
+    arguments, `assert` messages), on values that are evidently not device
+    tensors (Python numbers, numpy values, `.cpu()` of a module), and in
+    generation or sampling loops (`while`, `for … in range(…)` that do not
+    train), whose control flow usually needs the value; there it reports only
+    a host read whose result is thrown away.
+
+    ## Why is this bad?
+    CUDA runs asynchronously: the host queues kernels and moves on. Reading a
+    value back makes the host wait until every queued kernel has finished, so
+    the GPU drains and then idles while the host prepares the next batch. One
+    `.item()` per step can cost a large share of a training step's time.
+
+    ## Example
+    ```python
+    for batch in loader:
+        loss = model(batch).mean()
+        loss.backward()
+        optimizer.step()
+        running_loss += loss.item()
+    ```
+
+    Use instead:
+    ```python
+    for step, batch in enumerate(loader):
+        loss = model(batch).mean()
+        loss.backward()
+        optimizer.step()
+        running_loss += loss.detach()
+        if step % 100 == 0:
+            print(running_loss.item() / (step + 1))
+    ```
+
+    ## Fix safety
+    The fix is display-only. For `total += loss.item()` it suggests
+    accumulating `loss.detach()` on the device instead, which changes `total`
+    from a Python number into a tensor: code that later formats or compares
+    `total` may need a `.item()` once, after the loop.
+
+    ## References
+    - [PyTorch performance tuning guide: avoid unnecessary CPU-GPU synchronization](https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html#avoid-unnecessary-cpu-gpu-synchronization)
+    - [CUDA semantics: asynchronous execution](https://pytorch.org/docs/stable/notes/cuda.html#asynchronous-execution)
+    - [`torch.cuda.set_sync_debug_mode`](https://pytorch.org/docs/stable/generated/torch.cuda.set_sync_debug_mode.html)
+    """
+
+    code = "TL101"
+    name = "host-sync-in-loop"
+    summary = "A host-device synchronization runs on every iteration of a batch loop"
+    fix_availability = "sometimes"
+    requires_any = ("for", "while")
+
+    VALID = [
+        Valid("""
+            for step, batch in enumerate(loader):
+                loss = model(batch)
+                loss.backward()
+                if step % 100 == 0:
+                    print(loss.item())
+        """),
+        Valid("""
+            for batch in loader:
+                loss = model(batch)
+                loss.backward()
+            print(loss.item())
+        """),
+        Valid("""
+            for epoch in range(10):
+                for batch in loader:
+                    loss = criterion(model(batch), batch)
+                    loss.backward()
+                print(f"epoch {epoch}: {loss.item():.3f}")
+        """),
+        Valid("""
+            for batch in loader:
+                try:
+                    loss = model(batch)
+                except RuntimeError:
+                    print(loss.item())
+                    raise
+        """),
+        Valid("""
+            import numpy as np
+            for batch in loader:
+                scores = np.asarray(batch)
+                total = float(scores.sum())
+        """),
+        Valid("""
+            for batch in loader:
+                n = len(batch)
+                seen = int(n)
+                print(seen)
+        """),
+        Valid("""
+            for batch in loader:
+                model.cpu()
+        """),
+        Valid("""
+            import torch
+            def generate(model, x, eos):
+                for _ in range(64):
+                    token = model(x).argmax(-1)
+                    if token.item() == eos:
+                        break
+                    x = torch.cat([x, token], dim=-1)
+                return x
+        """),
+        Valid("""
+            for batch in loader:
+                loss = model(batch)
+                assert loss.dim() == 0, f"bad loss {loss.item()}"
+        """),
+        Valid("""
+            def log(loss):
+                print(loss.item())
+
+            for step, batch in enumerate(loader):
+                loss = model(batch)
+                loss.backward()
+                if step % 50 == 0:
+                    log(loss)
+        """),
+        Valid("""
+            for i, batch in enumerate(loader):
+                loss = model(batch)
+                loss.backward()
+                if i == len(loader) - 1:
+                    last = loss.item()
+        """),
+        Valid("""
+            for step, batch in enumerate(loader):
+                loss = model(batch)
+                loss.backward()
+                if step % args.log_interval != 0:
+                    continue
+                print(loss.item())
+        """),
+    ]
+
+    INVALID = [
+        Invalid(
+            """
+            for batch in loader:
+                loss = model(batch)
+                loss.backward()
+                total += loss.item()
+            """,
+            message="`.item()`",
+            line=4,
+        ),
+        Invalid(
+            """
+            for x, y in train_loader:
+                out = model(x)
+                acc = (out.argmax(1) == y).sum().item()
+            """,
+        ),
+        Invalid(
+            """
+            import torch as T
+            for batch in loader:
+                loss = model(batch)
+                print(f"loss={loss:.4f}")
+            """,
+            message="formatting",
+        ),
+        Invalid(
+            """
+            for batch in loader:
+                loss = criterion(model(batch), batch)
+                if loss < 0.1:
+                    break
+            """,
+            message="`if`",
+        ),
+        Invalid(
+            """
+            for batch in loader:
+                logits = model(batch)
+                preds = logits.argmax(-1).cpu()
+            """,
+            message="`.cpu()`",
+        ),
+        Invalid(
+            """
+            def log_metrics(loss):
+                print(loss.item())
+
+            for batch in loader:
+                loss = model(batch)
+                loss.backward()
+                log_metrics(loss)
+            """,
+            message="called from",
+            line=2,
+        ),
+        Invalid(
+            """
+            for batch in loader:
+                loss = model(batch)
+                value = float(loss)
+            """,
+            message="`float()`",
+        ),
+        Invalid(
+            """
+            step = 0
+            while True:
+                batch = next(data_iter)
+                loss = model(batch)
+                loss.backward()
+                optimizer.step()
+                print(loss)
+            """,
+            message="`print()`",
+        ),
+        Invalid(
+            """
+            import torch
+            for batch in loader:
+                loss = model(batch)
+                assert torch.isfinite(loss).all()
+            """,
+            message="`assert`",
+        ),
+        Invalid(
+            """
+            for batch in loader:
+                out = model(batch)
+                out.tolist()
+                out.cpu().numpy()
+            """,
+            count=2,
+        ),
+        Invalid(
+            """
+            import torch
+            def generate(model, x):
+                for _ in range(64):
+                    x = model(x)
+                    x.sum().item()
+                return x
+            """,
+            message="result is discarded",
+        ),
+    ]
+
+    def __init__(self, ctx, options) -> None:
+        super().__init__(ctx, options)
+        self.candidates: List[Tuple[Site, cst.CSTNode, str, Optional[Fix], bool]] = []
+
+    # -- collecting candidates while walking -----------------------------------
+    def visit_Call(self, node: cst.Call) -> None:
+        if self.ctx.loop is None and self.ctx.function is None:
+            return
+        method = reads_host(node)
+        if method is not None:
+            receiver = node.func.value  # type: ignore[attr-defined]
+            if already_on_host(receiver) or tensor_evidence(self.ctx, receiver) is False:
+                return
+            if method == "cpu" and _looks_like_module(receiver):
+                return
+            self._candidate(node, f"`.{method}()`", self._accumulate_fix(node), discardable=True)
+            return
+        if _is_to_cpu(node):
+            receiver = node.func.value  # type: ignore[attr-defined]
+            if not already_on_host(receiver) and not _looks_like_module(receiver) and tensor_evidence(self.ctx, receiver) is not False:
+                self._candidate(node, '`.to("cpu")`', None, discardable=True)
+            return
+        if isinstance(node.func, cst.Name) and node.args:
+            func = node.func.value
+            if func in _CONVERSIONS and len(node.args) == 1 and self._is_device_value(node.args[0].value):
+                self._candidate(node, f"`{func}()` of a tensor", None)
+            elif func in _FORMATTERS and any(self._is_device_value(a.value) for a in node.args if not a.keyword):
+                self._candidate(node, f"`{func}()` of a tensor", None)
+
+    def visit_FormattedStringExpression(self, node: cst.FormattedStringExpression) -> None:
+        if (self.ctx.loop is not None or self.ctx.function is not None) and self._is_device_value(node.expression):
+            self._candidate(node, "formatting a tensor in an f-string", None)
+
+    def visit_If(self, node: cst.If) -> None:
+        self._test(node.test, "`if`")
+
+    def visit_While(self, node: cst.While) -> None:
+        self._test(node.test, "`while`")
+
+    def visit_Assert(self, node: cst.Assert) -> None:
+        self._test(node.test, "`assert`")
+
+    def _test(self, test: cst.BaseExpression, keyword: str) -> None:
+        if self.ctx.loop is None and self.ctx.function is None:
+            return
+        for part in _boolean_parts(test):
+            if self._is_device_value(part):
+                self._candidate(part, f"{keyword} on a tensor", None)
+                return
+
+    def _is_device_value(self, expr: cst.BaseExpression) -> bool:
+        return not already_on_host(expr) and tensor_evidence(self.ctx, expr) is True
+
+    def _candidate(self, node: cst.CSTNode, what: str, fix: Optional[Fix], discardable: bool = False) -> None:
+        site = self.ctx.site()
+        if self.ctx.stack[-1] is not node:
+            site = Site(self.ctx, site.stack + (node,), site.function, site.loop)
+        discarded = discardable and isinstance(site.parent, cst.Expr)
+        self.candidates.append((site, node, what, fix, discarded))
+
+    def _accumulate_fix(self, call: cst.Call) -> Optional[Fix]:
+        """``total += loss.item()`` -> ``total += loss.detach()`` (display-only)."""
+        parent = self.ctx.stack[-2] if len(self.ctx.stack) > 1 else None
+        if not (isinstance(parent, cst.AugAssign) and parent.value is call):
+            return None
+        if reads_host(call) != "item":
+            return None
+        receiver = call.func.value  # type: ignore[attr-defined]
+        if isinstance(receiver, cst.Call) and isinstance(receiver.func, cst.Attribute) and receiver.func.attr.value == "detach":
+            replacement = receiver
+        else:
+            replacement = cst.Call(func=cst.Attribute(value=receiver, attr=cst.Name("detach")))
+        return self.ctx.fix(
+            DISPLAY_ONLY,
+            "Accumulate on the device with `.detach()` and read the total once after the loop",
+            self.ctx.replace(call, replacement),
+        )
+
+    # -- deciding, once the module's loops and calls are known -------------------
+    def finish(self) -> None:
+        for site, node, what, fix, discarded in self.candidates:
+            if site.in_exception_path():
+                continue
+            loop, helper = site.batch_context()
+            if loop is None:
+                if discarded and site.loop is not None:
+                    self.report(node, f"{what} forces a host-device sync on every iteration, and its result is discarded")
+                continue
+            if site.under_periodic_guard(within=loop if helper is None else None):
+                continue
+            if helper is None:
+                message = (
+                    f"{what} forces a host-device sync on every iteration of {loop.line_hint}; "
+                    "keep the value on the device and read it once, or every N steps"
+                )
+            else:
+                message = (
+                    f"{what} in `{helper.name}()` forces a host-device sync once per batch: it is called from {loop.line_hint}; "
+                    "read the value every N steps instead"
+                )
+            self.report(node, message, fix)
+
+
+def _looks_like_module(receiver: cst.BaseExpression) -> bool:
+    name = dotted_name(receiver) or ""
+    last = name.rsplit(".", 1)[-1].lower()
+    return name == "self" or any(part in last for part in ("model", "module", "net", "encoder", "decoder", "layer"))
+
+
+def _is_to_cpu(node: cst.Call) -> bool:
+    if not (isinstance(node.func, cst.Attribute) and node.func.attr.value == "to" and node.args):
+        return False
+    first = node.args[0]
+    if first.keyword is not None and first.keyword.value != "device":
+        return False
+    is_cpu = isinstance(first.value, cst.SimpleString) and first.value.evaluated_value == "cpu"
+    non_blocking = any(a.keyword is not None and a.keyword.value == "non_blocking" for a in node.args)
+    return is_cpu and not non_blocking
+
+
+def _boolean_parts(test: cst.BaseExpression):
+    if isinstance(test, cst.BooleanOperation):
+        yield from _boolean_parts(test.left)
+        yield from _boolean_parts(test.right)
+    elif isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        yield from _boolean_parts(test.expression)
+    else:
+        yield test

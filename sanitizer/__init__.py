@@ -1,0 +1,15 @@
+"""torchlint's runtime half: watch a real PyTorch program on a real GPU.
+
+Importing this package does not import torch; the checks import it when a
+session starts.
+
+    from torchlint.sanitizer import sanitize, allow_sync
+
+    with sanitize(checks={"sync", "memory"}) as session:
+        train()
+    print(session.report())
+"""
+from .findings import Finding, Frame
+from .session import SanitizerSession, allow_sync, sanitize
+
+__all__ = ["Finding", "Frame", "SanitizerSession", "allow_sync", "sanitize"]

@@ -1,0 +1,265 @@
+"""Questions rules ask about where a node sits: the shared analysis helpers.
+
+A ``Site`` is a snapshot of a node's ancestors taken during the walk
+(``ctx.site()``); its answers that depend on module-wide facts (is this loop a
+batch loop, which loops call this function) are exact once the walk is over,
+so rules ask them in ``finish()``.
+"""
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Iterator, List, Optional, Sequence, Tuple
+
+import libcst as cst
+
+from torchlint.facts import FunctionInfo, LoopInfo
+from torchlint.names import dotted_name, last_name
+
+if TYPE_CHECKING:  # pragma: no cover
+    from torchlint.context import FileContext
+
+NO_GRAD_CONTEXTS = frozenset(
+    {
+        "torch.no_grad",
+        "torch.inference_mode",
+        "torch.autograd.no_grad",
+        "torch.autograd.inference_mode",
+        "torch.autograd.grad_mode.no_grad",
+        "torch.autograd.grad_mode.inference_mode",
+    }
+)
+_SET_GRAD_ENABLED = frozenset({"torch.set_grad_enabled", "torch.autograd.set_grad_enabled"})
+CUDA_AVAILABILITY = frozenset({"torch.cuda.is_available", "torch.cuda.device_count", "torch.cuda.is_initialized"})
+
+# A guard named like one of these runs its body every N steps, not every step.
+_PERIODIC_NAME = re.compile(r"(?i)(every|interval|periodic|should_log|is_log|log_step|do_log|log_now|_freq|frequency)")
+_INDEX_NAME = re.compile(r"(?i)(step|idx|index|iter|batch|^i$|^j$|^it$|^n$)")
+
+
+def iter_subtree(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """Every node under ``node``; for small local questions only, never a whole file."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        stack.extend(reversed(current.children))
+
+
+def contains_call_to(ctx: "FileContext", node: cst.CSTNode, qualified: frozenset) -> bool:
+    for sub in iter_subtree(node):
+        if isinstance(sub, cst.Call) and ctx.names.qualified_name(sub.func) in qualified:
+            return True
+        if isinstance(sub, (cst.Name, cst.Attribute)) and dotted_name(sub) in ctx.facts.cuda_flag_names and qualified is CUDA_AVAILABILITY:
+            return True
+    return False
+
+
+def is_periodic_test(test: cst.BaseExpression) -> bool:
+    """``step % N == 0``, ``not i % k``, ``should_log(step)``, ``i == len(loader) - 1``…"""
+    for sub in iter_subtree(test):
+        if isinstance(sub, cst.BinaryOperation) and isinstance(sub.operator, cst.Modulo):
+            return True
+        if isinstance(sub, (cst.Name, cst.Attribute)):
+            name = last_name(sub)
+            if name and _PERIODIC_NAME.search(name):
+                return True
+        if isinstance(sub, cst.Comparison) and _is_once_per_loop(sub):
+            return True
+    return False
+
+
+def _is_once_per_loop(comparison: cst.Comparison) -> bool:
+    """``i == 0`` / ``step == len(loader) - 1``: true on one iteration only."""
+    if len(comparison.comparisons) != 1 or not isinstance(comparison.comparisons[0].operator, cst.Equal):
+        return False
+    left, right = comparison.left, comparison.comparisons[0].comparator
+    for index_side, other in ((left, right), (right, left)):
+        name = last_name(index_side)
+        if name and _INDEX_NAME.search(name) and _is_fixed_point(other):
+            return True
+    return False
+
+
+def _is_fixed_point(node: cst.BaseExpression) -> bool:
+    if isinstance(node, cst.Integer):
+        return True
+    if isinstance(node, cst.BinaryOperation):
+        return _is_fixed_point(node.left) or _is_fixed_point(node.right)
+    if isinstance(node, cst.Call):
+        return last_name(node.func) == "len"
+    name = last_name(node) if isinstance(node, (cst.Name, cst.Attribute)) else None
+    return bool(name and re.search(r"(?i)(num_|total|max_|last|len)", name))
+
+
+def _decorator_call_name(ctx: "FileContext", decorator: cst.Decorator) -> Optional[str]:
+    expr = decorator.decorator
+    if isinstance(expr, cst.Call):
+        expr = expr.func
+    return ctx.names.qualified_name(expr)
+
+
+def is_no_grad_item(ctx: "FileContext", expr: cst.BaseExpression) -> bool:
+    if not isinstance(expr, cst.Call):
+        return False
+    qname = ctx.names.qualified_name(expr.func)
+    if qname in NO_GRAD_CONTEXTS:
+        return True
+    if qname in _SET_GRAD_ENABLED and expr.args:
+        value = expr.args[0].value
+        return isinstance(value, cst.Name) and value.value == "False"
+    return False
+
+
+def is_no_grad_decorated(ctx: "FileContext", function: cst.FunctionDef) -> bool:
+    for decorator in function.decorators:
+        name = _decorator_call_name(ctx, decorator)
+        if name in NO_GRAD_CONTEXTS:
+            return True
+        if name is None and last_name(decorator.decorator if not isinstance(decorator.decorator, cst.Call) else decorator.decorator.func) in ctx.facts.no_grad_decorators:
+            return True
+    return False
+
+
+class Site:
+    """Where a node sits: its ancestors, function and loops, frozen at walk time."""
+
+    __slots__ = ("ctx", "stack", "function", "loop")
+
+    def __init__(self, ctx: "FileContext", stack: Sequence[cst.CSTNode], function: Optional[FunctionInfo], loop: Optional[LoopInfo]) -> None:
+        self.ctx = ctx
+        self.stack = tuple(stack)
+        self.function = function
+        self.loop = loop
+
+    @property
+    def node(self) -> cst.CSTNode:
+        return self.stack[-1]
+
+    @property
+    def parent(self) -> Optional[cst.CSTNode]:
+        return self.stack[-2] if len(self.stack) > 1 else None
+
+    def ancestors(self) -> Iterator[Tuple[cst.CSTNode, cst.CSTNode]]:
+        """(ancestor, child-on-the-path) pairs, innermost first."""
+        for i in range(len(self.stack) - 2, -1, -1):
+            yield self.stack[i], self.stack[i + 1]
+
+    def statement(self) -> Optional[cst.CSTNode]:
+        """The innermost statement holding the node."""
+        for ancestor, _ in self.ancestors():
+            if isinstance(ancestor, (cst.BaseSmallStatement, cst.BaseCompoundStatement)):
+                return ancestor
+        return None
+
+    # -- loops ---------------------------------------------------------------
+    def loops(self) -> List[LoopInfo]:
+        """Loops whose body holds the node, innermost first (same function)."""
+        result, loop = [], self.loop
+        while loop is not None:
+            result.append(loop)
+            loop = loop.parent
+        return result
+
+    def batch_loop(self) -> Optional[LoopInfo]:
+        for loop in self.loops():
+            if loop.is_batch_loop:
+                return loop
+        return None
+
+    def batch_context(self) -> Tuple[Optional[LoopInfo], Optional[FunctionInfo]]:
+        """The batch loop the node runs in: directly, or because its function is
+        called (directly or through module functions) from a batch loop's body,
+        at a call site that is not itself under a periodic guard or on an
+        exception path. Returns (loop, helper function or None).
+
+        Inside a generation loop (``while``, ``for … in range``) that is not a
+        batch loop, the answer is (None, None): such loops are per-token or
+        per-sample and their control flow usually needs the value."""
+        loop = self.batch_loop()
+        if loop is not None:
+            return loop, None
+        if any(l.is_generation_loop for l in self.loops()):
+            return None, None
+        function = self.function
+        while function is not None:
+            found = self.ctx.facts_batch_caller(function)
+            if found is not None:
+                return found, function
+            function = function.parent
+        return None, None
+
+    # -- guards --------------------------------------------------------------
+    def in_exception_path(self) -> bool:
+        for ancestor, child in self.ancestors():
+            if isinstance(ancestor, (cst.ExceptHandler, cst.ExceptStarHandler)) and child is ancestor.body:
+                return True
+            if isinstance(ancestor, cst.Raise):
+                return True
+            if isinstance(ancestor, cst.Assert) and child is ancestor.msg:
+                return True
+            if isinstance(ancestor, (cst.FunctionDef, cst.Lambda)):
+                return False
+        return False
+
+    def under_periodic_guard(self, within: Optional[LoopInfo] = None) -> bool:
+        """Inside ``if step % N == 0:`` (or an early ``continue`` on one), between
+        the node and ``within``'s loop (the function body when None)."""
+        stop = within.node if within is not None else None
+        for ancestor, child in self.ancestors():
+            if ancestor is stop or isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
+                return False
+            if isinstance(ancestor, cst.If) and child is ancestor.body and is_periodic_test(ancestor.test):
+                return True
+            if isinstance(ancestor, cst.IfExp) and child is ancestor.body and is_periodic_test(ancestor.test):
+                return True
+            if isinstance(ancestor, cst.IndentedBlock) and _skipped_unless_periodic(ancestor, child):
+                return True
+        return False
+
+    def in_no_grad(self) -> bool:
+        """Under ``with torch.no_grad()`` / ``inference_mode()`` or a function
+        decorated with them (lexically; callers are TL601's business)."""
+        for ancestor, child in self.ancestors():
+            if isinstance(ancestor, cst.With) and child is ancestor.body:
+                if any(is_no_grad_item(self.ctx, item.item) for item in ancestor.items):
+                    return True
+            if isinstance(ancestor, cst.FunctionDef) and is_no_grad_decorated(self.ctx, ancestor):
+                return True
+        return False
+
+    def under_cuda_guard(self) -> bool:
+        """Guarded by ``torch.cuda.is_available()`` (or a name holding it)."""
+        for ancestor, child in self.ancestors():
+            if isinstance(ancestor, (cst.If, cst.IfExp, cst.While)) and child is not ancestor.test:
+                if contains_call_to(self.ctx, ancestor.test, CUDA_AVAILABILITY):
+                    return True
+            if isinstance(ancestor, cst.BooleanOperation) and child is ancestor.right:
+                if contains_call_to(self.ctx, ancestor.left, CUDA_AVAILABILITY):
+                    return True
+        scope = self.function.node if self.function is not None else None
+        return scope in self.ctx.facts.cuda_asserted_scopes or (
+            scope is not None and None in self.ctx.facts.cuda_asserted_scopes
+        )
+
+
+def _skipped_unless_periodic(block: cst.IndentedBlock, child: cst.CSTNode) -> bool:
+    """An earlier ``if not step % N == 0: continue`` in the same block."""
+    for statement in block.body:
+        if statement is child:
+            return False
+        if (
+            isinstance(statement, cst.If)
+            and is_periodic_test(statement.test)
+            and _body_is_continue(statement.body)
+        ):
+            return True
+    return False
+
+
+def _body_is_continue(body: cst.BaseSuite) -> bool:
+    statements = body.body if isinstance(body, cst.IndentedBlock) else [body]
+    for statement in statements:
+        small = statement.body if isinstance(statement, (cst.SimpleStatementLine, cst.SimpleStatementSuite)) else ()
+        if any(isinstance(s, cst.Continue) for s in small):
+            return True
+    return False

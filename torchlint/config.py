@@ -1,0 +1,207 @@
+"""``[tool.torchlint]`` in the nearest ``pyproject.toml``.
+
+Keys use ruff's kebab-case spellings. An unknown key or a bad value is a
+``ConfigError`` whose message names the file, the key and the reason; the CLI
+prints it on one line and exits 2.
+"""
+from __future__ import annotations
+
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple, Type
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+from torchlint.rule import Rule
+
+OUTPUT_FORMATS = ("concise", "full", "json", "json-lines", "grouped", "github", "sarif", "junit", "pylint")
+
+
+class ConfigError(Exception):
+    pass
+
+
+@dataclass
+class Config:
+    """One configuration file's settings (or the empty configuration)."""
+
+    path: Optional[str] = None
+    root: str = field(default_factory=os.getcwd)
+    select: Optional[List[str]] = None
+    extend_select: List[str] = field(default_factory=list)
+    ignore: List[str] = field(default_factory=list)
+    per_file_ignores: Dict[str, List[str]] = field(default_factory=dict)
+    fixable: Optional[List[str]] = None
+    unfixable: List[str] = field(default_factory=list)
+    unsafe_fixes: Optional[bool] = None
+    exclude: Optional[List[str]] = None
+    extend_exclude: List[str] = field(default_factory=list)
+    respect_gitignore: bool = True
+    force_exclude: bool = False
+    output_format: Optional[str] = None
+    target_torch: Optional[Tuple[int, int]] = None
+    rule_options: Dict[str, Dict[str, Any]] = field(default_factory=dict)
+
+
+_LIST_KEYS = {
+    "select": "select",
+    "extend-select": "extend_select",
+    "ignore": "ignore",
+    "fixable": "fixable",
+    "unfixable": "unfixable",
+    "exclude": "exclude",
+    "extend-exclude": "extend_exclude",
+}
+_BOOL_KEYS = {"unsafe-fixes": "unsafe_fixes", "respect-gitignore": "respect_gitignore", "force-exclude": "force_exclude"}
+_TABLE_KEYS = {"per-file-ignores", "extend-per-file-ignores"}
+KNOWN_KEYS = sorted(set(_LIST_KEYS) | set(_BOOL_KEYS) | _TABLE_KEYS | {"output-format", "target-torch", "rules"})
+
+
+def parse_version(text: str) -> Tuple[int, int]:
+    match = re.match(r"^\s*(\d+)\.(\d+)", str(text))
+    if not match:
+        raise ValueError(f"expected a version like \"2.4\", got {text!r}")
+    return int(match.group(1)), int(match.group(2))
+
+
+def load_toml(path: str) -> Dict[str, Any]:
+    try:
+        with open(path, "rb") as handle:
+            return tomllib.load(handle)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+
+
+def load_config(path: str, rules: Dict[str, Type[Rule]], table: Optional[Dict[str, Any]] = None) -> Config:
+    """Read and validate ``path`` (a pyproject.toml or a torchlint.toml)."""
+    data = load_toml(path)
+    if table is None:
+        table = data.get("tool", {}).get("torchlint", {}) if path.endswith("pyproject.toml") else data
+    config = Config(path=path, root=os.path.dirname(os.path.abspath(path)))
+    apply_table(config, table, path, rules)
+    if config.target_torch is None:
+        config.target_torch = infer_target_torch(data)
+    return config
+
+
+def apply_table(config: Config, table: Dict[str, Any], where: str, rules: Dict[str, Type[Rule]]) -> None:
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where}: [tool.torchlint] must be a table")
+    for key, value in table.items():
+        if key in _LIST_KEYS:
+            setattr(config, _LIST_KEYS[key], _string_list(value, where, key))
+        elif key in _BOOL_KEYS:
+            if not isinstance(value, bool):
+                raise ConfigError(f"{where}: {key}: expected true or false, got {value!r}")
+            setattr(config, _BOOL_KEYS[key], value)
+        elif key in _TABLE_KEYS:
+            if not isinstance(value, dict):
+                raise ConfigError(f"{where}: {key}: expected a table of pattern = [codes]")
+            for pattern, codes in value.items():
+                config.per_file_ignores.setdefault(pattern, []).extend(_string_list(codes, where, f"{key}.{pattern}"))
+        elif key == "output-format":
+            if value not in OUTPUT_FORMATS:
+                raise ConfigError(f"{where}: output-format: unknown format {value!r}; expected one of {', '.join(OUTPUT_FORMATS)}")
+            config.output_format = value
+        elif key == "target-torch":
+            try:
+                config.target_torch = parse_version(value)
+            except ValueError as exc:
+                raise ConfigError(f"{where}: target-torch: {exc}") from None
+        elif key == "rules":
+            config.rule_options = parse_rule_options(value, where, rules)
+        else:
+            raise ConfigError(f"{where}: unknown key `{key}` in [tool.torchlint]; known keys: {', '.join(KNOWN_KEYS)}")
+
+
+def parse_rule_options(value: Any, where: str, rules: Dict[str, Type[Rule]]) -> Dict[str, Dict[str, Any]]:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: rules: expected tables such as [tool.torchlint.rules.TL201]")
+    by_name = {rule.name: code for code, rule in rules.items()}
+    result: Dict[str, Dict[str, Any]] = {}
+    for key, options in value.items():
+        code = key.upper() if key.upper() in rules else by_name.get(key)
+        if code is None:
+            raise ConfigError(f"{where}: rules.{key}: unknown rule")
+        if not isinstance(options, dict):
+            raise ConfigError(f"{where}: rules.{key}: expected a table of options")
+        declared = rules[code].options
+        for name, setting in options.items():
+            if name not in declared:
+                known = ", ".join(declared) or "none"
+                raise ConfigError(f"{where}: rules.{key}: unknown option `{name}` (options of {code}: {known})")
+            expected = declared[name].type
+            if not isinstance(setting, expected) or (expected is int and isinstance(setting, bool)):
+                raise ConfigError(f"{where}: rules.{key}.{name}: expected {expected.__name__}, got {setting!r}")
+        result.setdefault(code, {}).update(options)
+    return result
+
+
+def _string_list(value: Any, where: str, key: str) -> List[str]:
+    if isinstance(value, str) or not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{where}: {key}: expected a list of strings, got {value!r}")
+    return list(value)
+
+
+_TORCH_REQUIREMENT = re.compile(r"^\s*torch\s*(\[[^\]]*\])?\s*(?P<spec>[^;]*)", re.IGNORECASE)
+_LOWER_BOUND = re.compile(r"(>=|==|~=|>)\s*(\d+\.\d+)")
+
+
+def infer_target_torch(pyproject: Dict[str, Any]) -> Optional[Tuple[int, int]]:
+    """The lower bound of the project's declared torch requirement, if any."""
+    project = pyproject.get("project", {})
+    requirements = list(project.get("dependencies", []) or [])
+    for extra in (project.get("optional-dependencies", {}) or {}).values():
+        requirements.extend(extra or [])
+    for requirement in requirements:
+        if not isinstance(requirement, str):
+            continue
+        match = _TORCH_REQUIREMENT.match(requirement)
+        if not match or re.match(r"^\s*torch[a-z0-9_-]", requirement, re.IGNORECASE):
+            continue  # torchvision, torch-geometric, …
+        bound = _LOWER_BOUND.search(match.group("spec"))
+        if bound:
+            return parse_version(bound.group(2))
+    return None
+
+
+class ConfigFinder:
+    """Finds the configuration that applies to each file, upward from it."""
+
+    def __init__(self, rules: Dict[str, Type[Rule]], explicit: Optional[str] = None, isolated: bool = False) -> None:
+        self.rules = rules
+        self.isolated = isolated
+        self.explicit = load_config(explicit, rules) if explicit else None
+        self._by_dir: Dict[str, Config] = {}
+
+    def for_path(self, path: str) -> Config:
+        if self.explicit is not None:
+            return self.explicit
+        if self.isolated:
+            return self._by_dir.setdefault("", Config())
+        directory = os.path.dirname(os.path.abspath(path)) if not os.path.isdir(path) else os.path.abspath(path)
+        return self._lookup(directory)
+
+    def _lookup(self, directory: str) -> Config:
+        cached = self._by_dir.get(directory)
+        if cached is not None:
+            return cached
+        candidate = os.path.join(directory, "pyproject.toml")
+        config = None
+        if os.path.isfile(candidate):
+            data = load_toml(candidate)
+            table = data.get("tool", {}).get("torchlint")
+            if table is not None:
+                config = load_config(candidate, self.rules, table)
+        if config is None:
+            parent = os.path.dirname(directory)
+            config = Config() if parent == directory else self._lookup(parent)
+        self._by_dir[directory] = config
+        return config

@@ -1,0 +1,86 @@
+"""Import-aware names, without libcst's (slow) scope and qualified-name providers.
+
+One table per module maps each locally bound import name to its full dotted
+name, so ``import torch as T``, ``from torch import cuda`` and
+``from torch.cuda.amp import GradScaler as GS`` all resolve to torch names.
+The table is flat (not per scope): an import inside a function is visible to
+the rest of the module. That over-approximation is cheap and, for import
+names, almost never wrong in practice.
+"""
+from __future__ import annotations
+
+from typing import Dict, Optional, Union
+
+import libcst as cst
+
+
+def dotted_name(node: cst.CSTNode) -> Optional[str]:
+    """``a.b.c`` for a Name/Attribute chain, else None."""
+    parts = []
+    while isinstance(node, cst.Attribute):
+        parts.append(node.attr.value)
+        node = node.value
+    if not isinstance(node, cst.Name):
+        return None
+    parts.append(node.value)
+    return ".".join(reversed(parts))
+
+
+def last_name(node: cst.CSTNode) -> Optional[str]:
+    """The final identifier of a Name/Attribute (``c`` for ``a.b.c``)."""
+    if isinstance(node, cst.Attribute):
+        return node.attr.value
+    if isinstance(node, cst.Name):
+        return node.value
+    return None
+
+
+def _module_name(node: Union[cst.Attribute, cst.Name]) -> str:
+    return dotted_name(node) or ""
+
+
+class ImportTable:
+    def __init__(self) -> None:
+        self.aliases: Dict[str, str] = {}
+        self.star_modules: list = []
+
+    def add(self, node: Union[cst.Import, cst.ImportFrom]) -> None:
+        if isinstance(node, cst.Import):
+            for alias in node.names:
+                full = _module_name(alias.name)
+                if alias.asname is not None:
+                    self.aliases[_asname(alias)] = full
+                else:
+                    head = full.split(".", 1)[0]
+                    self.aliases[head] = head
+            return
+        if node.relative or node.module is None:
+            return  # relative imports never name torch
+        module = _module_name(node.module)
+        if isinstance(node.names, cst.ImportStar):
+            self.star_modules.append(module)
+            return
+        for alias in node.names:
+            name = alias.name.value if isinstance(alias.name, cst.Name) else _module_name(alias.name)
+            local = _asname(alias) if alias.asname is not None else name
+            self.aliases[local] = f"{module}.{name}"
+
+    def qualify(self, dotted: Optional[str]) -> Optional[str]:
+        if not dotted:
+            return None
+        head, _, rest = dotted.partition(".")
+        full = self.aliases.get(head)
+        if full is None:
+            return None
+        return f"{full}.{rest}" if rest else full
+
+    def qualified_name(self, node: cst.CSTNode) -> Optional[str]:
+        return self.qualify(dotted_name(node))
+
+    def imports_module(self, prefix: str) -> bool:
+        return any(v == prefix or v.startswith(prefix + ".") for v in self.aliases.values())
+
+
+def _asname(alias: cst.ImportAlias) -> str:
+    target = alias.asname.name  # type: ignore[union-attr]
+    return target.value if isinstance(target, cst.Name) else dotted_name(target) or ""

@@ -1,0 +1,1 @@
+"""Output formats for lint findings; see ``torchlint.reporters.registry``."""

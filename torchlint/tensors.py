@@ -1,0 +1,146 @@
+"""Is this expression a (device) tensor? Evidence from the code, not types.
+
+``tensor_evidence(ctx, expr)`` answers True (evidently a tensor), False
+(evidently not one: a Python number, a numpy value, something already read
+back to the host) or None (cannot tell). Rules flag only on True, so an
+unknown value never produces a finding. It looks at assignments the walk has
+already seen in the current scope, so ask it at visit time.
+"""
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Optional, Set
+
+import libcst as cst
+
+from torchlint.names import dotted_name, last_name
+
+if TYPE_CHECKING:  # pragma: no cover
+    from torchlint.context import FileContext
+
+# Methods that read a tensor back to the host.
+HOST_READS = frozenset({"item", "tolist", "numpy", "cpu"})
+# Tensor methods whose result is again a tensor on the same device.
+_TENSOR_METHODS = frozenset(
+    """
+    sum mean max min amax amin argmax argmin norm std var prod abs sqrt exp log sigmoid softmax log_softmax
+    detach clone float half double bfloat16 long int bool to cuda view reshape flatten squeeze unsqueeze
+    permute transpose contiguous eq ne gt ge lt le any all isnan isinf isfinite logical_and logical_or
+    logical_not masked_fill clamp pow mul add sub div matmul square topk sort cumsum nansum nanmean
+    """.split()
+)
+# torch.* callables that return Python values, not tensors.
+_TORCH_NON_TENSOR = re.compile(
+    r"^torch\.(cuda|backends|distributed|utils|version|jit|onnx|hub|nn\.Module|get_|is_|set_|manual_seed|"
+    r"compile|device|dtype|Size|no_grad|inference_mode|enable_grad|autocast|amp|optim|save|load|numel)"
+)
+# Callees whose result is a model output or a loss: a tensor on the model's device.
+_MODEL_CALLEE = re.compile(
+    r"(?i)^(model|net|network|module|criterion|loss_fn|loss_func|lossfn|compute_loss|forward|encoder|decoder|"
+    r"classifier|head|ddp_model|student|teacher|generator|discriminator)$|(model|net|criterion|_loss|loss_fn)$"
+)
+_TENSOR_NAME = re.compile(r"(?i)^(loss|losses|total_loss|.+_loss|loss_\w+|logits|outputs?|preds?|predictions|correct|grad_norm)$")
+_NUMPY = ("numpy.", "np.")
+
+
+def tensor_evidence(ctx: "FileContext", expr: cst.BaseExpression, _seen: Optional[Set[str]] = None) -> Optional[bool]:
+    seen = _seen if _seen is not None else set()
+    if isinstance(expr, (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.FormattedString, cst.ConcatenatedString)):
+        return False
+    if isinstance(expr, (cst.List, cst.Tuple, cst.Dict, cst.Set, cst.ListComp, cst.DictComp, cst.SetComp)):
+        return False
+    if isinstance(expr, cst.Call):
+        return _call_evidence(ctx, expr, seen)
+    if isinstance(expr, cst.BinaryOperation):
+        return _any_tensor(ctx, (expr.left, expr.right), seen)
+    if isinstance(expr, cst.UnaryOperation):
+        return tensor_evidence(ctx, expr.expression, seen)
+    if isinstance(expr, cst.Comparison):
+        if any(isinstance(t.operator, (cst.Is, cst.IsNot, cst.In, cst.NotIn)) for t in expr.comparisons):
+            return False
+        return _any_tensor(ctx, [expr.left] + [t.comparator for t in expr.comparisons], seen)
+    if isinstance(expr, cst.Subscript):
+        return tensor_evidence(ctx, expr.value, seen)
+    if isinstance(expr, (cst.Name, cst.Attribute)):
+        return _name_evidence(ctx, expr, seen)
+    return None
+
+
+def _any_tensor(ctx: "FileContext", parts, seen) -> Optional[bool]:
+    answers = [tensor_evidence(ctx, part, seen) for part in parts]
+    if any(a is True for a in answers):
+        return True
+    if all(a is False for a in answers):
+        return False
+    return None
+
+
+def _call_evidence(ctx: "FileContext", call: cst.Call, seen) -> Optional[bool]:
+    func = call.func
+    qname = ctx.names.qualified_name(func)
+    if qname is not None:
+        if qname.startswith(_NUMPY) or qname.startswith(("math.", "time.", "random.", "builtins.")):
+            return False
+        if qname.startswith("torch."):
+            return None if _TORCH_NON_TENSOR.match(qname) else True
+    if isinstance(func, cst.Name):
+        if func.value in ("float", "int", "bool", "len", "str", "round", "sum", "max", "min", "abs", "range", "repr"):
+            return False
+        if _MODEL_CALLEE.search(func.value):
+            return True
+        return None
+    if isinstance(func, cst.Attribute):
+        method = func.attr.value
+        if method in HOST_READS:
+            return False
+        if method in _TENSOR_METHODS:
+            receiver = tensor_evidence(ctx, func.value, seen)
+            return True if receiver is True else (False if receiver is False else None)
+        if method == "forward" or (method not in ("get", "pop", "items") and _MODEL_CALLEE.search(method) and dotted_name(func.value) == "self"):
+            return True
+        if isinstance(func.value, cst.Name) and func.value.value == "self" and _MODEL_CALLEE.search(method):
+            return True
+    return None
+
+
+def _name_evidence(ctx: "FileContext", expr: cst.BaseExpression, seen) -> Optional[bool]:
+    name = dotted_name(expr)
+    if name is None:
+        return None
+    if name in seen:
+        return None
+    seen.add(name)
+    value = ctx.value_of(name)
+    if value is not None:
+        if isinstance(value, cst.Name) and value.value == "__unpacked__":
+            return None
+        return tensor_evidence(ctx, value, seen)
+    # Never assigned in this scope (a parameter, a global, an attribute):
+    # only a name that everybody uses for a tensor counts.
+    last = last_name(expr)
+    if last and _TENSOR_NAME.match(last) and not name.startswith("self."):
+        return True
+    return None
+
+
+def reads_host(call: cst.Call) -> Optional[str]:
+    """The host-read method name if ``call`` is ``x.item()``/``.tolist()``/``.cpu()``/``.numpy()``."""
+    if isinstance(call.func, cst.Attribute) and call.func.attr.value in HOST_READS and not call.args:
+        return call.func.attr.value
+    return None
+
+
+def already_on_host(expr: cst.BaseExpression) -> bool:
+    """Does the receiver chain already contain a host read (``x.cpu().numpy()``)?"""
+    node = expr
+    while True:
+        if isinstance(node, cst.Call):
+            if reads_host(node):
+                return True
+            node = node.func
+        elif isinstance(node, cst.Attribute):
+            node = node.value
+        elif isinstance(node, cst.Subscript):
+            node = node.value
+        else:
+            return False
