@@ -139,6 +139,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_STATE] = state
     if not state.enabled:
         return
+    config.pluginmanager.register(_Collector(config, state), "torchlint-gpu-sanitize-collector")
     from . import frames
 
     frames.add_user_root(str(config.rootpath))
@@ -252,70 +253,66 @@ def pytest_runtest_call(item: pytest.Item):
     return result
 
 
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    if report.when != "call":
-        return
-    for name, value in getattr(report, "user_properties", ()):
-        if name != PROPERTY:
-            continue
-        entries = decode_findings(value)
-        _results_sink[report.nodeid] = {
-            "outcome": report.outcome,
-            "entries": entries,
-            "failed_by_sanitizer": any(e["failing"] for e in entries),
+class _Collector:
+    """Gathers the findings on the controller (or the only process) and reports them.
+
+    Registered per config, so in-process pytest runs (pytester) keep their
+    results apart.
+    """
+
+    def __init__(self, config: pytest.Config, state: _State) -> None:
+        self.config = config
+        self.state = state
+        self.results: Dict[str, Dict[str, Any]] = {}
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when != "call":
+            return
+        for name, value in getattr(report, "user_properties", ()):
+            if name != PROPERTY:
+                continue
+            entries = decode_findings(value)
+            self.results[report.nodeid] = {
+                "outcome": report.outcome,
+                "entries": entries,
+                "failed_by_sanitizer": any(e["failing"] for e in entries),
+            }
+
+    def run_report(self) -> Dict[str, Any]:
+        from .report import build_report
+
+        findings = [e["finding"] for r in self.results.values() for e in r["entries"]]
+        tests = {
+            nodeid: {"outcome": r["outcome"], "findings": len(r["entries"]),
+                     "failed_by_sanitizer": r["failed_by_sanitizer"]}
+            for nodeid, r in self.results.items()
         }
+        return build_report(findings, checks=self.state.checks, tests=tests, fail_on=self.state.fail_on)
 
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if not self.state.report_path or hasattr(self.config, "workerinput"):
+            return
+        from .report import write_report
 
-# The controller's results, filled by pytest_runtest_logreport (which has no
-# config argument) and read back in the summary hooks of the same process.
-_results_sink: Dict[str, Dict[str, Any]] = {}
+        write_report(self.state.report_path, self.run_report())
 
+    def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+        if not self.state.active or hasattr(config, "workerinput"):
+            return
+        from .report import finding_line, rank
 
-def pytest_sessionstart(session: pytest.Session) -> None:
-    _results_sink.clear()
-
-
-def _run_report(config: pytest.Config, state: _State) -> Dict[str, Any]:
-    from .report import build_report
-
-    findings = [e["finding"] for r in _results_sink.values() for e in r["entries"]]
-    tests = {
-        nodeid: {"outcome": r["outcome"], "findings": len(r["entries"]), "failed_by_sanitizer": r["failed_by_sanitizer"]}
-        for nodeid, r in _results_sink.items()
-    }
-    return build_report(findings, checks=state.checks, tests=tests, fail_on=state.fail_on)
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    config = session.config
-    state = config.stash.get(_STATE, None)
-    if state is None or not state.enabled or not state.report_path or hasattr(config, "workerinput"):
-        return
-    from .report import write_report
-
-    write_report(state.report_path, _run_report(config, state))
-
-
-def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    state = config.stash.get(_STATE, None)
-    if state is None or not state.enabled or hasattr(config, "workerinput"):
-        return
-    if not state.active:
-        return
-    from .report import finding_line, rank
-
-    with_findings = {nodeid: r for nodeid, r in _results_sink.items() if r["entries"]}
-    terminalreporter.section("gpu-sanitize")
-    if not with_findings:
-        terminalreporter.write_line(f"no findings in {len(_results_sink)} sanitized test(s)")
-    for nodeid, result in with_findings.items():
-        entries = result["entries"]
-        flag = " FAILED by sanitizer" if result["failed_by_sanitizer"] else ""
-        terminalreporter.write_line(f"{nodeid}: {len(entries)} finding(s){flag}")
-        for finding in rank(e["finding"] for e in entries)[:10]:
-            terminalreporter.write_line("  " + finding_line(finding, str(config.rootpath)))
-        if len(entries) > 10:
-            terminalreporter.write_line(f"  ... and {len(entries) - 10} more")
-    if state.report_path:
-        terminalreporter.write_line(f"report written to {state.report_path}")
+        with_findings = {nodeid: r for nodeid, r in self.results.items() if r["entries"]}
+        terminalreporter.section("gpu-sanitize")
+        if not with_findings:
+            terminalreporter.write_line(f"no findings in {len(self.results)} sanitized test(s)")
+        for nodeid, result in with_findings.items():
+            entries = result["entries"]
+            flag = " FAILED by sanitizer" if result["failed_by_sanitizer"] else ""
+            terminalreporter.write_line(f"{nodeid}: {len(entries)} finding(s){flag}")
+            for finding in rank(e["finding"] for e in entries)[:10]:
+                terminalreporter.write_line("  " + finding_line(finding, str(config.rootpath)))
+            if len(entries) > 10:
+                terminalreporter.write_line(f"  ... and {len(entries) - 10} more")
+        if self.state.report_path:
+            terminalreporter.write_line(f"report written to {self.state.report_path}")

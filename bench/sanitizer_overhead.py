@@ -1,0 +1,213 @@
+"""Overhead of the torchlint runtime sanitizer, per training step, on a real GPU.
+
+    python bench/sanitizer_overhead.py [--steps 50] [--repeats 3] [--modes baseline,sync] [--workloads ...]
+
+Every (workload, mode) pair runs in a fresh Python process (this script
+re-invoked with ``--child``), because the sanitizer's hooks are process-global
+and some (gpu_trace, CSAN's dispatch mode) cannot be switched off. Each child
+builds the workload, runs warm-up steps under the mode, then times
+``--repeats`` windows of ``--steps`` steps, each bracketed by
+``torch.cuda.synchronize()`` (the original, captured before any wrapper is
+installed), and reports the median ms/step. The parent prints one table with
+the ratio of each mode to the baseline of the same workload, taken in this
+run, next to the targets.
+
+Extending it: a workload is a function in ``WORKLOADS`` that takes the torch
+module and returns a zero-argument ``step()``; a mode is an entry in ``MODES``
+with the sanitizer checks to turn on and/or a ``setup`` run before the
+workload is built (see ``csan``).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from typing import Callable, Dict, FrozenSet, List, Optional
+
+
+# --- workloads ------------------------------------------------------------------
+
+def launch_bound(torch) -> Callable[[], None]:
+    """4x Linear(1024, 1024) + ReLU, AdamW, batch 256: launch-bound, worst case for Python hooks."""
+    layers = []
+    for _ in range(4):
+        layers += [torch.nn.Linear(1024, 1024), torch.nn.ReLU()]
+    model = torch.nn.Sequential(*layers).cuda()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    inputs = torch.randn(256, 1024, device="cuda")
+
+    def step() -> None:
+        loss = model(inputs).square().mean()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
+def transformer(torch) -> Callable[[], None]:
+    """6-layer TransformerEncoder, d_model 512, 8 heads, AMP + GradScaler, batch 32, seq 128."""
+    layer = torch.nn.TransformerEncoderLayer(d_model=512, nhead=8, batch_first=True)
+    model = torch.nn.TransformerEncoder(layer, num_layers=6, enable_nested_tensor=False).cuda()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    scaler = torch.amp.GradScaler("cuda")
+    inputs = torch.randn(32, 128, 512, device="cuda")
+
+    def step() -> None:
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = model(inputs).float().square().mean()
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
+WORKLOADS: Dict[str, Callable] = {
+    "launch-bound": launch_bound,
+    "transformer": transformer,
+}
+
+# The issue's targets (ratio to baseline) for the default check set.
+TARGETS = {("launch-bound", "sync+memory"): 1.05, ("transformer", "sync+memory"): 1.02}
+
+
+# --- modes ----------------------------------------------------------------------
+
+def enable_csan(torch) -> None:
+    import torch.cuda._sanitizer as csan  # the reference, measured only; torchlint never imports it
+
+    csan.enable_cuda_sanitizer()
+
+
+@dataclasses.dataclass(frozen=True)
+class Mode:
+    name: str
+    checks: Optional[FrozenSet[str]] = None  # None: no torchlint session
+    setup: Optional[Callable] = None  # called with torch before the workload is built
+    step_fraction: float = 1.0  # slow modes time fewer steps
+
+
+MODES: List[Mode] = [
+    Mode("baseline"),
+    Mode("sync", frozenset({"sync"})),
+    Mode("memory", frozenset({"memory"})),
+    Mode("sync+memory", frozenset({"sync", "memory"})),
+    Mode("all", frozenset({"sync", "memory", "race"})),
+    Mode("csan", setup=enable_csan, step_fraction=0.2),
+]
+
+
+# --- child: one (workload, mode) in this process ----------------------------------------
+
+def run_child(workload: str, mode_name: str, steps: int, repeats: int, warmup: int) -> Dict[str, object]:
+    import torch
+
+    mode = {m.name: m for m in MODES}[mode_name]
+    synchronize = torch.cuda.synchronize  # the original, before any wrapper
+    if mode.setup is not None:
+        mode.setup(torch)
+    session = None
+    if mode.checks is not None:
+        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        from torchlint.sanitizer import SanitizerSession
+
+        session = SanitizerSession(checks=mode.checks)
+        session.start()
+    step = WORKLOADS[workload](torch)
+    steps = max(3, int(steps * mode.step_fraction))
+    try:
+        for _ in range(warmup):
+            step()
+        synchronize()
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            for _ in range(steps):
+                step()
+            synchronize()
+            times.append((time.perf_counter() - start) * 1000.0 / steps)
+    finally:
+        if session is not None:
+            session.stop()
+    result: Dict[str, object] = {"workload": workload, "mode": mode_name, "ms_per_step": statistics.median(times),
+                                 "all_ms": times, "steps": steps}
+    if session is not None:
+        result["findings"] = [f"{f.kind}:{f.details.get('sync_kind', '')}@{os.path.basename(f.file or '')}:{f.line}"
+                              for f in session.findings]
+    return result
+
+
+# --- parent: every pair in a fresh process, one table -----------------------------------
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--modes", default=",".join(m.name for m in MODES))
+    parser.add_argument("--workloads", default=",".join(WORKLOADS))
+    parser.add_argument("--timeout", type=float, default=240.0, help="seconds per child process")
+    parser.add_argument("--json", default=None, metavar="PATH", help="also write the results as JSON")
+    parser.add_argument("--child", nargs=2, metavar=("WORKLOAD", "MODE"), help=argparse.SUPPRESS)
+    options = parser.parse_args(argv)
+
+    if options.child:
+        result = run_child(options.child[0], options.child[1], options.steps, options.repeats, options.warmup)
+        print("RESULT " + json.dumps(result))
+        return 0
+
+    modes = [m for m in options.modes.split(",") if m]
+    workloads = [w for w in options.workloads.split(",") if w]
+    unknown = sorted(set(modes) - {m.name for m in MODES}) + sorted(set(workloads) - set(WORKLOADS))
+    if unknown:
+        print(f"unknown mode/workload: {', '.join(unknown)}", file=sys.stderr)
+        return 2
+    results: List[Dict[str, object]] = []
+    for workload in workloads:
+        for mode in modes:
+            command = [sys.executable, os.path.abspath(__file__), "--child", workload, mode,
+                       "--steps", str(options.steps), "--repeats", str(options.repeats),
+                       "--warmup", str(options.warmup)]
+            try:
+                done = subprocess.run(command, capture_output=True, text=True, timeout=options.timeout)
+            except subprocess.TimeoutExpired:
+                results.append({"workload": workload, "mode": mode, "error": f"timed out after {options.timeout:.0f}s"})
+                continue
+            line = next((l for l in reversed(done.stdout.splitlines()) if l.startswith("RESULT ")), None)
+            if done.returncode != 0 or line is None:
+                tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+                results.append({"workload": workload, "mode": mode, "error": tail[:160]})
+                continue
+            results.append(json.loads(line[len("RESULT "):]))
+            print(f"  {workload:13s} {mode:12s} {results[-1]['ms_per_step']:.3f} ms/step", file=sys.stderr, flush=True)
+
+    baselines = {r["workload"]: r["ms_per_step"] for r in results if r["mode"] == "baseline" and "error" not in r}
+    print(f"{'workload':13s} {'mode':12s} {'ms/step':>9s} {'x base':>7s} {'target':>7s}  notes")
+    for r in results:
+        target = TARGETS.get((r["workload"], r["mode"]))
+        target_text = f"{target:.2f}" if target else ""
+        if "error" in r:
+            print(f"{r['workload']:13s} {r['mode']:12s} {'-':>9s} {'-':>7s} {target_text:>7s}  error: {r['error']}")
+            continue
+        base = baselines.get(r["workload"])
+        ratio = r["ms_per_step"] / base if base else float("nan")
+        r["ratio"] = ratio
+        notes = ""
+        if r.get("findings"):
+            notes = f"{len(r['findings'])} finding(s): " + ", ".join(r["findings"][:3])
+        print(f"{r['workload']:13s} {r['mode']:12s} {r['ms_per_step']:9.3f} {ratio:7.3f} {target_text:>7s}  {notes}")
+    if options.json:
+        with open(options.json, "w", encoding="utf-8") as handle:
+            json.dump(results, handle, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,163 @@
+"""``torchlint-sanitize [options] script.py [args...]``: run a script under the sanitizer.
+
+The script runs as ``__main__`` the way ``python script.py`` runs it:
+``sys.argv`` is ``[script.py, args...]``, ``sys.path[0]`` is the script's
+directory (so its sibling modules import), and ``if __name__ == "__main__":``
+blocks run. At exit the summary goes to stderr and the JSON report to
+``--report-json``.
+
+Exit status: the script's own (``sys.exit(n)``; 1 with the traceback printed
+for an uncaught exception; 130 on Ctrl-C), or 3 with ``--strict`` when the
+script exited 0 but findings of a failing kind (``--fail-on``; with
+``--strict`` alone, every kind) exist. 2: bad usage of the runner itself.
+
+Without a CUDA device it says so in one line and still runs the script.
+``TORCHLINT_SANITIZER_FORCE=1`` starts the checks anyway (used by the CPU
+test-suite).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import runpy
+import sys
+import traceback
+from typing import List, Optional
+
+from .findings import CHECKS, parse_checks
+
+EXIT_STRICT = 3
+INACTIVE_LINE = "no CUDA device: GPU sanitizer inactive"
+_TRUE = {"1", "true", "yes", "on"}
+
+
+def _parser(prog: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="Run a Python script under the torchlint GPU sanitizer.",
+    )
+    parser.add_argument("--checks", default="all", metavar="CHECKS",
+                        help=f"comma-separated checks ({', '.join(CHECKS)}, or all; default all)")
+    parser.add_argument("--report-json", default=None, metavar="PATH", help="write the JSON report to PATH")
+    parser.add_argument("--warmup-steps", type=int, default=2, metavar="N",
+                        help="leave out the first N training steps (default 2)")
+    parser.add_argument("--fail-on", default=None, metavar="KINDS",
+                        help="finding kinds that count as failing for --strict (default: all kinds)")
+    parser.add_argument("--strict", action="store_true",
+                        help="exit 3 when the script exits 0 but failing findings exist")
+    parser.add_argument("--limit", type=int, default=10, metavar="N", help="sites shown in the summary (default 10)")
+    parser.add_argument("script", help="the Python script to run")
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
+    return parser
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    try:
+        return torch.cuda.is_available()
+    except Exception:
+        return False
+
+
+def _exit_code(exc: SystemExit) -> int:
+    code = exc.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
+def run_script(path: str, args: List[str]) -> int:
+    """Run ``path`` as ``__main__`` with ``args``; return its exit status."""
+    script = os.path.abspath(path)
+    saved_argv, saved_path0 = sys.argv[:], sys.path[0] if sys.path else None
+    sys.argv = [path] + list(args)
+    if sys.path:
+        sys.path[0] = os.path.dirname(script)
+    else:
+        sys.path.insert(0, os.path.dirname(script))
+    try:
+        runpy.run_path(path, run_name="__main__")  # argv[0] stays as typed
+        return 0
+    except SystemExit as exc:
+        return _exit_code(exc)
+    except KeyboardInterrupt:
+        traceback.print_exc()
+        return 130
+    except BaseException:
+        # The traceback without the runner's own frames, as python script.py prints it.
+        etype, value, tb = sys.exc_info()
+        while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) != script:
+            tb = tb.tb_next
+        traceback.print_exception(etype, value, tb if tb is not None else value.__traceback__)
+        return 1
+    finally:
+        sys.argv = saved_argv
+        if saved_path0 is not None and sys.path:
+            sys.path[0] = saved_path0
+
+
+def main(argv: Optional[List[str]] = None, prog: str = "torchlint-sanitize") -> int:
+    options = _parser(prog).parse_args(argv)
+    try:
+        checks = parse_checks(options.checks)
+    except ValueError as exc:
+        print(f"{prog}: error: --checks: {exc}", file=sys.stderr)
+        return 2
+    if options.warmup_steps < 0:
+        print(f"{prog}: error: --warmup-steps must be >= 0", file=sys.stderr)
+        return 2
+    from .session import SanitizerSession, parse_fail_on
+    from .findings import KINDS
+
+    try:
+        fail_on = parse_fail_on(options.fail_on) if options.fail_on else frozenset(KINDS)
+    except ValueError as exc:
+        print(f"{prog}: error: --fail-on: {exc}", file=sys.stderr)
+        return 2
+    if not os.path.isfile(options.script):
+        print(f"{prog}: error: {options.script}: no such file", file=sys.stderr)
+        return 2
+
+    from . import frames
+
+    # The script's folder and the working directory hold the user's code.
+    frames.add_user_root(os.path.dirname(os.path.abspath(options.script)))
+    frames.add_user_root(os.getcwd())
+    forced = os.environ.get("TORCHLINT_SANITIZER_FORCE", "").strip().lower() in _TRUE
+    if not (_cuda_available() or forced):
+        print(f"{prog}: {INACTIVE_LINE}", file=sys.stderr)
+        code = run_script(options.script, options.args)
+        if options.report_json:
+            from .report import build_report, write_report
+
+            steps = {"completed": 0, "warmup": 0, "measured": 0, "source": "none"}
+            write_report(options.report_json, build_report([], checks=(), steps=steps, fail_on=fail_on))
+        return code
+
+    session = SanitizerSession(checks=checks, warmup_steps=options.warmup_steps, fail_on=fail_on)
+    try:
+        session.start()
+    except Exception as exc:
+        print(f"{prog}: error: could not start the sanitizer: {exc}", file=sys.stderr)
+        return 2
+    try:
+        code = run_script(options.script, options.args)
+    finally:
+        session.stop()
+    from .report import render_summary, write_report
+
+    findings = session.findings
+    steps = session.steps_summary()
+    print(render_summary(findings, steps, limit=options.limit, title=prog), file=sys.stderr)
+    if options.report_json:
+        write_report(options.report_json, session.report())
+        print(f"{prog}: report written to {options.report_json}", file=sys.stderr)
+    if options.strict and code == 0 and session.failing_findings():
+        return EXIT_STRICT
+    return code

@@ -1,0 +1,320 @@
+"""The one engine behind ``pytest --gpu-sanitize``, ``torchlint-sanitize`` and ``sanitize()``.
+
+A ``SanitizerSession`` owns the checks, the step counter and the allowlist
+state; the checks own their hooks.
+
+Check plug-in protocol
+----------------------
+A check is a class registered in ``CHECK_REGISTRY`` as ``"module:Class"`` and
+constructed as ``CheckClass(session)``. It has:
+
+- ``name``: ``"sync"``, ``"memory"`` or ``"race"``;
+- ``start()`` / ``stop()``: install and remove its hooks; ``stop`` restores
+  every global that ``start`` changed;
+- ``on_step(step)``: called at each step boundary with the new step number
+  (the 0-based count of completed steps);
+- ``findings() -> list[Finding]``: deduplicated, with counts.
+
+Checks read ``session.step_index``, ``session.in_warmup``,
+``session.warmup_steps``, ``session.test_id`` and ``session.sync_allowed()``.
+Checks start in the order memory, sync, race and stop in reverse.
+Check modules are imported lazily, so a missing torch or check module fails
+only when that check is asked for.
+
+Steps and warm-up
+-----------------
+A step ends at every ``optimizer.step()`` (through the global
+``register_optimizer_step_post_hook``; with several optimizers, only the
+first one to step counts, so one training step is one step) or at every
+explicit ``session.step()``. Once ``session.step()`` has been called, the
+optimizer hook stops counting, so the two never double count.
+
+The first ``warmup_steps`` completed steps are warm-up: syncs there are
+counted apart and not reported as findings. The rule is decided when the
+findings are read, not while the program runs, because only then is it known
+whether the program had steps at all:
+
+- no completed step (a script or test without an optimizer and without
+  ``session.step()``): nothing is warm-up, every event is reported, and the
+  whole run counts as one step;
+- N completed steps: the warm-up is ``min(warmup_steps, N - 1)`` steps, so at
+  least one completed step is always measured and a short program is never
+  judged as all warm-up. Events after the last boundary (evaluation, a final
+  print) are measured too.
+
+``session.in_warmup`` is the live view of the same rule for checks that must
+decide on the spot (it is True while ``step_index < warmup_steps``); checks
+that can defer should call ``session.is_measured(step)`` when they build
+findings.
+
+Failing kinds
+-------------
+``fail_on`` holds selectors: a finding kind (``"sync"``, ``"race"``, ...)
+fails every finding of that kind; ``"oom:fragmentation"`` fails only an
+``oom`` finding whose ``details["cause"]`` is ``"fragmentation"``. The
+default is ``{"oom:fragmentation"}``: a fragmentation OOM fails a test, and
+every other finding is reported without failing it.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib
+import threading
+from typing import Any, Dict, Iterable, Iterator, List, Optional
+
+from .findings import CHECKS, KINDS, Finding
+
+CHECK_REGISTRY: Dict[str, str] = {
+    "sync": "torchlint.sanitizer.sync:SyncCheck",
+    "memory": "torchlint.sanitizer.memory:MemoryCheck",
+    "race": "torchlint.sanitizer.races:RaceCheck",
+}
+START_ORDER = ("memory", "sync", "race")
+
+FRAGMENTATION_OOM = "oom:fragmentation"
+DEFAULT_FAIL_ON = frozenset({FRAGMENTATION_OOM})
+DEFAULT_WARMUP_STEPS = 2
+
+
+def parse_fail_on(text: str) -> frozenset:
+    """``--gpu-sanitize-fail-on``: kinds and ``kind:cause`` selectors.
+
+    ``default`` is the default set, ``none`` the empty set, ``all`` every kind.
+    Raises ValueError naming the valid selectors on an unknown one.
+    """
+    names = {part.strip() for part in text.split(",") if part.strip()}
+    selectors = set()
+    for name in names:
+        if name == "none":
+            continue
+        if name == "all":
+            selectors.update(KINDS)
+        elif name == "default":
+            selectors.update(DEFAULT_FAIL_ON)
+        elif name in KINDS or (":" in name and name.split(":", 1)[0] in KINDS and name.split(":", 1)[1]):
+            selectors.add(name)
+        else:
+            raise ValueError(
+                f"unknown finding kind {name!r}; valid: {', '.join(KINDS)}, "
+                f"{FRAGMENTATION_OOM}, default, all, none"
+            )
+    return frozenset(selectors)
+
+
+def finding_fails(finding: Finding, fail_on: Iterable[str]) -> bool:
+    for selector in fail_on:
+        kind, _, cause = selector.partition(":")
+        if finding.kind != kind:
+            continue
+        if not cause or str(finding.details.get("cause", "")) == cause:
+            return True
+    return False
+
+
+def load_check_class(name: str):
+    """Import the check class registered under ``name`` (lazily: only when asked for)."""
+    try:
+        target = CHECK_REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown check {name!r}; valid checks: {', '.join(CHECKS)}") from None
+    module_name, _, class_name = target.partition(":")
+    module = importlib.import_module(module_name)
+    return getattr(module, class_name)
+
+
+# --- allowlist ---------------------------------------------------------------
+
+_allowed = threading.local()
+
+
+@contextlib.contextmanager
+def allow_sync() -> Iterator[None]:
+    """Syncs made inside this block (on this thread) are expected: no finding."""
+    _allowed.depth = getattr(_allowed, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _allowed.depth -= 1
+
+
+def sync_allowed() -> bool:
+    return getattr(_allowed, "depth", 0) > 0
+
+
+# --- the session -----------------------------------------------------------------
+
+class SanitizerSession:
+    """Runs a set of checks over one program, test or block."""
+
+    def __init__(
+        self,
+        checks: Iterable[str] = frozenset(CHECKS),
+        warmup_steps: int = DEFAULT_WARMUP_STEPS,
+        fail_on: Iterable[str] = DEFAULT_FAIL_ON,
+        test_id: Optional[str] = None,
+    ) -> None:
+        checks = frozenset(checks)
+        unknown = sorted(checks - set(CHECK_REGISTRY))
+        if unknown:
+            raise ValueError(f"unknown check(s) {', '.join(unknown)}; valid checks: {', '.join(CHECKS)}")
+        if warmup_steps < 0:
+            raise ValueError("warmup_steps must be >= 0")
+        self.checks = checks
+        self.warmup_steps = int(warmup_steps)
+        self.fail_on = frozenset(fail_on)
+        self.test_id = test_id
+        self.step_index = 0
+        self.explicit_steps = False
+        self.active = False
+        self._checks: List[Any] = []
+        self._hook_handle = None
+        self._lead_optimizer: Optional[int] = None
+        self._findings_cache: Optional[List[Finding]] = None
+
+    # -- lifecycle --
+    def start(self) -> "SanitizerSession":
+        if self.active:
+            raise RuntimeError("sanitizer session already started")
+        self._findings_cache = None
+        classes = [(name, load_check_class(name)) for name in START_ORDER if name in self.checks]
+        started: List[Any] = []
+        try:
+            for name, cls in classes:
+                check = cls(self)
+                check.start()
+                started.append(check)
+            self._install_step_hook()
+        except BaseException:
+            for check in reversed(started):
+                check.stop()
+            raise
+        self._checks = started
+        self.active = True
+        return self
+
+    def stop(self) -> None:
+        if not self.active:
+            return
+        self.active = False
+        if self._hook_handle is not None:
+            self._hook_handle.remove()
+            self._hook_handle = None
+        errors = []
+        for check in reversed(self._checks):
+            try:
+                check.stop()
+            except Exception as exc:  # stop every check even if one fails
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+    def __enter__(self) -> "SanitizerSession":
+        return self.start()
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()
+
+    def _install_step_hook(self) -> None:
+        try:
+            from torch.optim.optimizer import register_optimizer_step_post_hook
+        except ImportError:  # no torch: steps come only from session.step()
+            return
+        self._hook_handle = register_optimizer_step_post_hook(self._on_optimizer_step)
+
+    def _on_optimizer_step(self, optimizer, args, kwargs) -> None:
+        if self.explicit_steps or not self.active:
+            return
+        if self._lead_optimizer is None:
+            self._lead_optimizer = id(optimizer)
+        if id(optimizer) == self._lead_optimizer:
+            self._advance()
+
+    # -- steps --
+    def step(self) -> int:
+        """Mark a step boundary explicitly; from now on optimizer steps are not counted."""
+        self.explicit_steps = True
+        return self._advance()
+
+    def _advance(self) -> int:
+        self.step_index += 1
+        self._findings_cache = None
+        for check in self._checks:
+            check.on_step(self.step_index)
+        return self.step_index
+
+    @property
+    def in_warmup(self) -> bool:
+        return self.step_index < self.warmup_steps
+
+    def effective_warmup(self) -> int:
+        """Warm-up steps judged over the whole run (see the module docstring)."""
+        if self.step_index == 0:
+            return 0
+        return min(self.warmup_steps, self.step_index - 1)
+
+    def is_measured(self, step: int) -> bool:
+        """Whether an event seen during ``step`` (0-based) counts, judged now."""
+        return step >= self.effective_warmup()
+
+    def measured_steps(self) -> int:
+        """How many steps the per-step rates divide by (the whole run is one step without steps)."""
+        if self.step_index == 0:
+            return 1
+        return self.step_index - self.effective_warmup()
+
+    def sync_allowed(self) -> bool:
+        return sync_allowed()
+
+    # -- results --
+    @property
+    def findings(self) -> List[Finding]:
+        if self._findings_cache is None or self.active:
+            collected: List[Finding] = []
+            for check in self._checks:
+                for finding in check.findings():
+                    if finding.test is None and self.test_id is not None:
+                        finding.test = self.test_id
+                    collected.append(finding)
+            self._findings_cache = collected
+        return list(self._findings_cache)
+
+    def failing_findings(self) -> List[Finding]:
+        return [f for f in self.findings if finding_fails(f, self.fail_on)]
+
+    def steps_summary(self) -> Dict[str, Any]:
+        return {
+            "completed": self.step_index,
+            "warmup": self.effective_warmup(),
+            "measured": self.step_index - self.effective_warmup() if self.step_index else 0,
+            "source": "explicit" if self.explicit_steps else ("optimizer" if self.step_index else "none"),
+        }
+
+    def report(self) -> Dict[str, Any]:
+        from .report import build_report
+
+        return build_report(
+            self.findings,
+            checks=sorted(self.checks),
+            steps=self.steps_summary(),
+            fail_on=sorted(self.fail_on),
+        )
+
+
+@contextlib.contextmanager
+def sanitize(
+    checks: Iterable[str] = frozenset(CHECKS),
+    warmup_steps: int = DEFAULT_WARMUP_STEPS,
+    fail_on: Iterable[str] = DEFAULT_FAIL_ON,
+    test_id: Optional[str] = None,
+) -> Iterator[SanitizerSession]:
+    """``with sanitize(checks={"sync"}) as session: ...``; read ``session.findings`` after."""
+    if isinstance(checks, str):
+        from .findings import parse_checks
+
+        checks = parse_checks(checks)
+    session = SanitizerSession(checks=checks, warmup_steps=warmup_steps, fail_on=fail_on, test_id=test_id)
+    session.start()
+    try:
+        yield session
+    finally:
+        session.stop()

@@ -1,0 +1,625 @@
+"""The sync check: every host-device synchronization, traced to the user's line.
+
+How syncs are caught (runtime-hooks.md §7a):
+
+1. **torch's sync debug mode in warn mode** plus a ``warnings.showwarning``
+   hook, installed at every ``start()`` (pytest's per-test
+   ``catch_warnings`` bypasses hooks installed earlier), with an ``"always"``
+   filter for the exact text so that Python's once-per-location filter does
+   not collapse sites and ``-W error`` does not turn a sync into an exception.
+   This catches ``.item()``, ``.tolist()``, ``.cpu()``, ``bool(t)``, printing,
+   ``nonzero``, mask indexing, ``unique`` and blocking copies.
+2. **Wrappers on the blind spots**: ``torch.cuda.synchronize``,
+   ``Event.synchronize``, ``Stream.synchronize``, ``torch.cuda.empty_cache``
+   and ``non_blocking=True`` copies from pageable host memory (``Tensor.to``,
+   ``Tensor.cuda``, ``Tensor.copy_``), which the debug mode never reports.
+3. **Timed wrappers on the common entry points** (``Tensor.item``, ``tolist``,
+   ``cpu``, ``numpy``, ``__bool__``, ``__float__``, ``__int__``,
+   ``__format__``, ``__repr__``, ``nonzero``, ``unique``, ``to``, ``cuda``,
+   ``copy_``): they name the kind exactly and time the call. A sync warning
+   raised while one of them runs joins that call, so ``print(t)`` (38 syncs
+   inside torch's formatter) counts once, at the user's ``print`` line.
+
+Every wrapper is removed and every global restored by ``stop()``.
+
+Stall time
+----------
+The stall of a site is the host time of the synchronizing call, measured
+with ``perf_counter`` around the wrapped entry point, for every call of a
+wrapped entry point (a call that did not sync is not counted). Syncs reached
+through entry points that are not wrapped all the time (``x[mask]``,
+``x[mask] = y``, ``torch.where(cond)``, ``masked_select``) are classified
+from the user's source line; their first occurrence arms timed wrappers on
+those entry points for a *sampled window* of ``TIMING_WINDOW_STEPS`` steps
+(or ``TIMING_WINDOW_EVENTS`` events in a program without steps), after which
+they are removed again, so a hot indexing path pays only inside the window.
+A site that was never timed reports ``stall_ms: null``.
+
+Allowlist
+---------
+Syncs inside ``allow_sync()`` are dropped. A ``# noqa`` on the reported line
+silences the site: bare ``# noqa`` (or ``# noqa`` without a colon) silences
+everything, ``# noqa: TL101`` silences the sites whose rule is TL101.
+
+torch.compile: the wrappers are plain Python functions, so Dynamo graph-breaks
+on them like it already does on ``.item()``; a compiled region is checked
+at its graph boundaries only.
+"""
+from __future__ import annotations
+
+import linecache
+import os
+import re
+import threading
+import time
+import warnings
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from . import frames as _frames
+from .findings import SYNC, Finding, Frame
+
+SYNC_WARNING = "called a synchronizing CUDA operation"
+PROTOTYPE_WARNING = "Synchronization debug mode is a prototype feature"
+
+# kind -> (static rule, label, fix hint)
+KINDS: Dict[str, Tuple[Optional[str], str, str]] = {
+    "item": ("TL101", ".item() / float(t) / int(t)",
+             "keep the value on the GPU, or batch the reads into one torch.stack(...).cpu() outside the step"),
+    "tolist": ("TL101", ".tolist()", "read back once after the step, or keep the result on the GPU"),
+    "cpu": ("TL101", ".cpu() / .to('cpu')",
+            "copy into pinned memory with non_blocking=True and read after a later sync, or defer the read-back"),
+    "numpy": ("TL101", ".numpy()", "defer the read-back: convert outside the hot loop"),
+    "bool": ("TL101", "implicit bool (if/while/assert on a tensor)",
+             "use torch.where / masking instead of Python control flow on a GPU value"),
+    "format": ("TL101", "print / format of a tensor",
+               "log detached GPU values every N steps, or accumulate and print after the loop"),
+    "nonzero": ("TL103", "nonzero / torch.where(cond) / masked_select",
+                "use the 3-argument torch.where or a mask multiply; pass size= where the API allows"),
+    "mask-index": ("TL103", "boolean-mask indexing",
+                   "use torch.where(mask, x, y) or x * mask instead of x[mask]; x[mask] = scalar does not sync"),
+    "unique": ("TL103", "unique", "pass a known upper bound, or move the unique out of the step"),
+    "synchronize": ("TL102", "explicit synchronize",
+                    "remove it, or replace it with an event record/wait between streams"),
+    "event-sync": ("TL102", "Event.synchronize", "use stream.wait_event(event) to order streams without blocking the host"),
+    "empty-cache": ("TL303", "torch.cuda.empty_cache()",
+                    "do not empty the cache inside the loop; it syncs the device and forces cudaMalloc later"),
+    "pageable-copy": ("TL201", "non_blocking copy from pageable memory",
+                      "pin the host tensor (pin_memory() or DataLoader(pin_memory=True)) so non_blocking=True is asynchronous"),
+    "copy": ("TL201", "blocking host-device copy",
+             "pin the source and pass non_blocking=True, or create the tensor on the device"),
+    "other": (None, "synchronizing CUDA operation", "find the op on this line that reads a GPU value on the host"),
+}
+
+# The steps (or, without steps, the events) a lazily armed timing window lasts.
+TIMING_WINDOW_STEPS = 2
+TIMING_WINDOW_EVENTS = 64
+
+_NOQA = re.compile(r"#\s*noqa(?P<colon>\s*:\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*))?", re.IGNORECASE)
+
+
+def noqa_codes(source_line: str) -> Optional[frozenset]:
+    """None: no noqa. Empty set: a blanket noqa. Otherwise the listed codes."""
+    match = _NOQA.search(source_line)
+    if match is None:
+        return None
+    if not match.group("colon"):
+        return frozenset()
+    return frozenset(code.upper() for code in re.split(r"[\s,]+", match.group("codes")) if code)
+
+
+def is_silenced_by_noqa(source_line: str, rule: Optional[str]) -> bool:
+    codes = noqa_codes(source_line)
+    if codes is None:
+        return False
+    return not codes or (rule is not None and rule in codes)
+
+
+# Source-line patterns, in priority order. The first group holds the kinds
+# whose entry points are not wrapped all the time: when a sync arrives through
+# the warning hook with no wrapper running, those are the likely causes.
+_UNWRAPPED_PATTERNS = [
+    ("nonzero", re.compile(r"\b(?:masked_select|argwhere|where)\s*\(")),
+    ("mask-index", re.compile(r"\w[\w\)\]]*\s*\[[^\]]")),
+    ("copy", re.compile(r"\b(?:tensor|as_tensor|from_numpy)\s*\(|\.(?:to|cuda|copy_)\s*\(")),
+]
+_WRAPPED_PATTERNS = [
+    ("event-sync", re.compile(r"event\w*\.synchronize\s*\(", re.IGNORECASE)),
+    ("synchronize", re.compile(r"\bsynchronize\s*\(")),
+    ("empty-cache", re.compile(r"\bempty_cache\s*\(")),
+    ("tolist", re.compile(r"\.tolist\s*\(")),
+    ("numpy", re.compile(r"\.numpy\s*\(")),
+    ("item", re.compile(r"\.item\s*\(")),
+    ("cpu", re.compile(r"\.cpu\s*\(|\.to\s*\(\s*(?:device\s*=\s*)?(?:torch\.device\s*\()?['\"]cpu")),
+    ("unique", re.compile(r"\bunique(?:_consecutive)?\s*\(")),
+    ("nonzero", re.compile(r"\bnonzero\s*\(")),
+    ("format", re.compile(r"\b(?:print|repr|str|format)\s*\(|\bf['\"]|\.format\s*\(|%\s*\(?\w|\blog\w*\.\w+\s*\(")),
+    ("item", re.compile(r"\b(?:float|int)\s*\(")),
+    ("bool", re.compile(r"^\s*(?:if|elif|while|assert)\b|\b(?:and|or|not)\b|\bbool\s*\(|\bif\b.*\belse\b")),
+]
+
+# The torch function on the stack names the cause when the user line cannot.
+_LIBRARY_HINTS = [
+    ("_tensor_str.py", None, "format"),
+    ("_tensor.py", "__format__", "format"),
+    ("_tensor.py", "__repr__", "format"),
+    ("functional.py", "unique", "unique"),
+    ("functional.py", "_return_output", "unique"),
+    ("functional.py", "_consecutive", "unique"),
+    ("grad_scaler.py", None, "item"),
+    ("streams.py", "Event.synchronize", "event-sync"),
+    ("streams.py", "Stream.synchronize", "synchronize"),
+    ("memory.py", "empty_cache", "empty-cache"),
+]
+
+
+def classify(source_line: str, library: Optional[Tuple[str, int, str]] = None, wrapped_ran: bool = False) -> str:
+    """The sync kind of a warning-path sync, from the torch frame and the user's line.
+
+    ``wrapped_ran`` is False when no timed wrapper was running: the entry
+    points with wrappers are then unlikely causes, so the unwrapped kinds are
+    tried first.
+    """
+    if library is not None:
+        base = os.path.basename(library[0])
+        for file_name, function, kind in _LIBRARY_HINTS:
+            if base == file_name and (function is None or library[2].endswith(function)):
+                return kind
+    code = _strip_comment(source_line)
+    groups = (_WRAPPED_PATTERNS,) if wrapped_ran else (_UNWRAPPED_PATTERNS, _WRAPPED_PATTERNS)
+    for group in groups:
+        for kind, pattern in group:
+            if pattern.search(code):
+                return kind
+    return "other"
+
+
+def _strip_comment(line: str) -> str:
+    # Good enough for classification: a '#' inside a string is rare on a sync line.
+    index = line.find("#")
+    return line if index < 0 else line[:index]
+
+
+class _Site:
+    __slots__ = ("key", "kind", "api", "stack", "library", "steps", "stall", "timed",
+                 "silenced", "silenced_count", "tensor", "in_test")
+
+    def __init__(self, key, kind, api, stack, library, silenced, in_test):
+        self.key = key
+        self.kind = kind
+        self.api = api
+        self.stack = stack
+        self.library = library
+        self.steps: Dict[int, int] = {}
+        self.stall: Dict[int, float] = {}
+        self.timed: Dict[int, int] = {}
+        self.silenced = silenced
+        self.silenced_count = 0
+        self.tensor: Optional[Dict[str, Any]] = None
+        self.in_test = in_test
+
+
+class _Patch:
+    """One attribute replaced on a module or class, restorable exactly."""
+
+    __slots__ = ("owner", "name", "original", "had_own", "replacement")
+
+    def __init__(self, owner: Any, name: str, make: Callable[[Callable], Callable]) -> None:
+        self.owner = owner
+        self.name = name
+        self.had_own = name in vars(owner)
+        self.original = vars(owner)[name] if self.had_own else getattr(owner, name)
+        self.replacement = make(getattr(owner, name))
+
+    def apply(self) -> None:
+        setattr(self.owner, self.name, self.replacement)
+
+    def restore(self) -> None:
+        if self.had_own:
+            setattr(self.owner, self.name, self.original)
+        else:
+            try:
+                delattr(self.owner, self.name)
+            except AttributeError:
+                pass
+
+
+class _ThreadState(threading.local):
+    depth = 0
+    hits = 0
+
+
+def _describe_tensor(value: Any) -> Optional[Dict[str, Any]]:
+    try:
+        return {"shape": list(value.shape), "dtype": str(value.dtype).replace("torch.", ""), "device": str(value.device)}
+    except Exception:
+        return None
+
+
+class SyncCheck:
+    """Host-device synchronizations per user site, with counts, steps and stall time."""
+
+    name = "sync"
+    stack_limit = 8
+
+    def __init__(self, session: Any) -> None:
+        self.session = session
+        self._sites: Dict[Tuple[str, int, str], _Site] = {}
+        self._lock = threading.Lock()
+        self._tls = _ThreadState()
+        self._patches: List[_Patch] = []
+        self._window_patches: Dict[str, List[_Patch]] = {}
+        self._window_ends: Dict[str, int] = {}
+        self._window_events: Dict[str, int] = {}
+        self._windows_used: set = set()
+        self._line_cache: Dict[Tuple[str, int], str] = {}
+        self._classify_cache: Dict[Tuple[str, int, Optional[str]], str] = {}
+        self._previous_showwarning: Optional[Callable] = None
+        self._installed_showwarning: Optional[Callable] = None
+        self._filters: List[tuple] = []
+        self._previous_mode: Optional[int] = None
+        self._torch = None
+        self.allowed_count = 0
+        self.internal_count = 0
+        self.started = False
+
+    # -- lifecycle ------------------------------------------------------------
+    def start(self) -> None:
+        import torch
+
+        self._torch = torch
+        self._install_warning_hook()
+        try:
+            self._install_wrappers(torch)
+            if torch.cuda.is_available():
+                self._previous_mode = torch.cuda.get_sync_debug_mode()
+                with warnings.catch_warnings():
+                    warnings.filterwarnings("ignore", message=PROTOTYPE_WARNING)
+                    torch.cuda.set_sync_debug_mode("warn")
+        except BaseException:
+            self.stop()
+            raise
+        self.started = True
+
+    def stop(self) -> None:
+        torch = self._torch
+        if torch is not None and self._previous_mode is not None:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=PROTOTYPE_WARNING)
+                torch.cuda.set_sync_debug_mode(self._previous_mode)
+            self._previous_mode = None
+        for name in list(self._window_patches):
+            self._disarm_window(name)
+        for patch in reversed(self._patches):
+            patch.restore()
+        self._patches = []
+        self._remove_warning_hook()
+        self.started = False
+
+    def on_step(self, step: int) -> None:
+        for name, end in list(self._window_ends.items()):
+            if step >= end:
+                self._disarm_window(name)
+
+    # -- the warning hook -----------------------------------------------------
+    def _install_warning_hook(self) -> None:
+        previous = warnings.showwarning
+        check = self
+
+        def showwarning(message, category, filename, lineno, file=None, line=None):
+            if str(message).startswith(SYNC_WARNING):
+                check._on_sync_warning()
+                return None
+            return previous(message, category, filename, lineno, file, line)
+
+        self._previous_showwarning = previous
+        self._installed_showwarning = showwarning
+        warnings.showwarning = showwarning
+        before = list(warnings.filters)
+        warnings.filterwarnings("always", message=re.escape(SYNC_WARNING))
+        self._filters = [f for f in warnings.filters if f not in before]
+
+    def _remove_warning_hook(self) -> None:
+        if self._installed_showwarning is not None:
+            if warnings.showwarning is self._installed_showwarning:
+                warnings.showwarning = self._previous_showwarning
+            self._installed_showwarning = None
+        if self._filters:
+            for entry in self._filters:
+                try:
+                    warnings.filters.remove(entry)
+                except ValueError:
+                    pass
+            warnings._filters_mutated()
+            self._filters = []
+
+    def _on_sync_warning(self) -> None:
+        tls = self._tls
+        if tls.depth:
+            tls.hits += 1  # the running wrapper records it, with its kind and time
+            return
+        # Start above this method and the hook, at warnings.py, then torch, then the user.
+        self._record(None, None, None, None, skip=2)
+
+    # -- wrappers -----------------------------------------------------------
+    def _timed(self, kind: str, api: str, explicit: bool = False, result_kind: Optional[Callable] = None):
+        """A wrapper factory: time the call; record it when it synced (or always when ``explicit``)."""
+        check = self
+        tls = self._tls
+        perf_counter = time.perf_counter
+
+        def make(original: Callable) -> Callable:
+            def wrapper(*args, **kwargs):
+                if tls.depth:
+                    return original(*args, **kwargs)
+                tls.depth = 1
+                tls.hits = 0
+                start = perf_counter()
+                try:
+                    result = original(*args, **kwargs)
+                finally:
+                    elapsed = perf_counter() - start
+                    tls.depth = 0
+                if tls.hits or explicit:
+                    name = kind if result_kind is None else result_kind(args, result)
+                    check._record(name, api, elapsed, args[0] if args else None, skip=1)
+                return result
+
+            wrapper.__wrapped__ = original
+            wrapper.__name__ = getattr(original, "__name__", api)
+            wrapper.__doc__ = getattr(original, "__doc__", None)
+            return wrapper
+
+        return make
+
+    def _copy_wrapper(self, api: str, destination_first: bool):
+        """``to`` / ``cuda`` / ``copy_``: a blocking copy syncs through the warning;
+        a ``non_blocking=True`` copy from pageable memory blocks silently."""
+        check = self
+        tls = self._tls
+        perf_counter = time.perf_counter
+
+        def make(original: Callable) -> Callable:
+            def wrapper(self_tensor, *args, **kwargs):
+                if tls.depth:
+                    return original(self_tensor, *args, **kwargs)
+                non_blocking = kwargs.get("non_blocking") is True or any(arg is True for arg in args)
+                tls.depth = 1
+                tls.hits = 0
+                start = perf_counter()
+                try:
+                    result = original(self_tensor, *args, **kwargs)
+                finally:
+                    elapsed = perf_counter() - start
+                    tls.depth = 0
+                if tls.hits:
+                    on_cpu = getattr(result, "device", None) is not None and result.device.type == "cpu"
+                    if destination_first:  # copy_: the destination is self
+                        on_cpu = self_tensor.device.type == "cpu"
+                    check._record("cpu" if on_cpu else "copy", api, elapsed, self_tensor, skip=1)
+                elif non_blocking:
+                    source = args[0] if destination_first and args else self_tensor
+                    destination = self_tensor if destination_first else result
+                    if check._is_pageable_h2d(source, destination):
+                        check._record("pageable-copy", api, elapsed, source, skip=1)
+                return result
+
+            wrapper.__wrapped__ = original
+            wrapper.__name__ = getattr(original, "__name__", api)
+            wrapper.__doc__ = getattr(original, "__doc__", None)
+            return wrapper
+
+        return make
+
+    @staticmethod
+    def _is_pageable_h2d(source: Any, destination: Any) -> bool:
+        try:
+            return (
+                source.device.type == "cpu"
+                and destination.device.type == "cuda"
+                and not source.is_pinned()
+            )
+        except Exception:
+            return False
+
+    def _install_wrappers(self, torch: Any) -> None:
+        tensor = torch.Tensor
+        cuda = torch.cuda
+
+        def cpu_or_numpy(args, result):
+            return "cpu"
+
+        plan = [
+            (tensor, "item", self._timed("item", "Tensor.item")),
+            (tensor, "tolist", self._timed("tolist", "Tensor.tolist")),
+            (tensor, "cpu", self._timed("cpu", "Tensor.cpu", result_kind=cpu_or_numpy)),
+            (tensor, "numpy", self._timed("numpy", "Tensor.numpy")),
+            (tensor, "__bool__", self._timed("bool", "Tensor.__bool__")),
+            (tensor, "__float__", self._timed("item", "Tensor.__float__")),
+            (tensor, "__int__", self._timed("item", "Tensor.__int__")),
+            (tensor, "__format__", self._timed("format", "Tensor.__format__")),
+            (tensor, "__repr__", self._timed("format", "Tensor.__repr__")),
+            (tensor, "nonzero", self._timed("nonzero", "Tensor.nonzero")),
+            (tensor, "unique", self._timed("unique", "Tensor.unique")),
+            (torch, "nonzero", self._timed("nonzero", "torch.nonzero")),
+            (torch, "unique", self._timed("unique", "torch.unique")),
+            (tensor, "to", self._copy_wrapper("Tensor.to", destination_first=False)),
+            (tensor, "cuda", self._copy_wrapper("Tensor.cuda", destination_first=False)),
+            (tensor, "copy_", self._copy_wrapper("Tensor.copy_", destination_first=True)),
+            (cuda, "synchronize", self._timed("synchronize", "torch.cuda.synchronize", explicit=True)),
+            (cuda, "empty_cache", self._timed("empty-cache", "torch.cuda.empty_cache", explicit=True)),
+        ]
+        if hasattr(cuda, "Event"):
+            plan.append((cuda.Event, "synchronize", self._timed("event-sync", "Event.synchronize", explicit=True)))
+        if hasattr(cuda, "Stream"):
+            plan.append((cuda.Stream, "synchronize", self._timed("synchronize", "Stream.synchronize", explicit=True)))
+        for owner, name, make in plan:
+            if not hasattr(owner, name):
+                continue
+            patch = _Patch(owner, name, make)
+            patch.apply()
+            self._patches.append(patch)
+
+    # -- sampled timing windows for the unwrapped entry points -----------------
+    def _window_plan(self, kind: str):
+        torch = self._torch
+        if torch is None:
+            return []
+        if kind == "mask-index":
+            return [(torch.Tensor, "__getitem__", "Tensor.__getitem__"), (torch.Tensor, "__setitem__", "Tensor.__setitem__")]
+        if kind == "nonzero":
+            return [(torch, "where", "torch.where"), (torch, "masked_select", "torch.masked_select"),
+                    (torch.Tensor, "masked_select", "Tensor.masked_select"), (torch, "argwhere", "torch.argwhere")]
+        return []
+
+    def _arm_window(self, kind: str) -> None:
+        if kind in self._windows_used or not self.started:
+            return
+        plan = self._window_plan(kind)
+        if not plan:
+            return
+        self._windows_used.add(kind)
+        patches = []
+        for owner, name, api in plan:
+            if not hasattr(owner, name):
+                continue
+            patch = _Patch(owner, name, self._timed(kind, api))
+            patch.apply()
+            patches.append(patch)
+        self._window_patches[kind] = patches
+        self._window_ends[kind] = self.session.step_index + TIMING_WINDOW_STEPS
+        self._window_events[kind] = 0
+
+    def _disarm_window(self, kind: str) -> None:
+        for patch in reversed(self._window_patches.pop(kind, [])):
+            patch.restore()
+        self._window_ends.pop(kind, None)
+        self._window_events.pop(kind, None)
+
+    # -- recording ------------------------------------------------------------
+    def _source(self, file: str, line: int) -> str:
+        key = (file, line)
+        text = self._line_cache.get(key)
+        if text is None:
+            text = linecache.getline(file, line)
+            self._line_cache[key] = text
+        return text
+
+    def _record(self, kind: Optional[str], api: Optional[str], stall: Optional[float], tensor: Any, skip: int) -> None:
+        if self.session.sync_allowed():
+            self.allowed_count += 1
+            return
+        user, library, internal = _frames.raw_user_stack(limit=self.stack_limit, skip=skip + 1)
+        if internal:
+            self.internal_count += 1  # torchlint's own read-backs are not the user's
+            return
+        top = user[0] if user else (library or ("<unknown>", 0, "<unknown>"))
+        if kind is None:
+            library_key = library[2] if library else None
+            cache_key = (top[0], top[1], library_key)
+            kind = self._classify_cache.get(cache_key)
+            if kind is None:
+                kind = classify(self._source(top[0], top[1]), library, wrapped_ran=False)
+                self._classify_cache[cache_key] = kind
+            if kind in ("mask-index", "nonzero"):
+                self._arm_window(kind)
+        elif kind == "cpu" and api == "Tensor.cpu" and ".numpy(" in self._source(top[0], top[1]):
+            kind = "numpy"
+        key = (top[0], top[1], kind)
+        step = self.session.step_index
+        with self._lock:
+            site = self._sites.get(key)
+            if site is None:
+                rule = KINDS[kind][0]
+                silenced = bool(user) and is_silenced_by_noqa(self._source(top[0], top[1]), rule)
+                in_test = bool(user) and _frames.is_test_file(top[0])
+                site = _Site(key, kind, api, user or [top], library, silenced, in_test)
+                if tensor is not None:
+                    site.tensor = _describe_tensor(tensor)
+                self._sites[key] = site
+            if site.silenced:
+                site.silenced_count += 1
+                return
+            site.steps[step] = site.steps.get(step, 0) + 1
+            if stall is not None:
+                site.stall[step] = site.stall.get(step, 0.0) + stall
+                site.timed[step] = site.timed.get(step, 0) + 1
+                if api is not None and kind in self._window_events:
+                    self._window_events[kind] += 1
+                    if self.session.step_index == 0 and self._window_events[kind] >= TIMING_WINDOW_EVENTS:
+                        self._disarm_window(kind)
+
+    # -- results ----------------------------------------------------------------
+    def silenced_sites(self) -> List[Dict[str, Any]]:
+        return [
+            {"file": s.key[0], "line": s.key[1], "sync_kind": s.kind, "count": s.silenced_count, "reason": "noqa"}
+            for s in self._sites.values()
+            if s.silenced
+        ]
+
+    def findings(self) -> List[Finding]:
+        session = self.session
+        completed = session.step_index
+        stepped = completed > 0
+        measured_steps = session.measured_steps()
+        warmup = session.effective_warmup()
+        required = set(range(warmup, completed))
+        results: List[Finding] = []
+        with self._lock:
+            sites = list(self._sites.values())
+        for site in sites:
+            if site.silenced:
+                continue
+            measured = {step: n for step, n in site.steps.items() if session.is_measured(step)}
+            count = sum(measured.values())
+            if count == 0:
+                continue
+            warmup_count = sum(site.steps.values()) - count
+            stall_s = sum(v for step, v in site.stall.items() if session.is_measured(step))
+            timed = sum(v for step, v in site.timed.items() if session.is_measured(step))
+            steps_seen = sorted(measured)
+            every_step = bool(required) and required.issubset(measured) if stepped else None
+            rule, label, hint = KINDS[site.kind]
+            per_step = count / measured_steps
+            file, line, function = site.stack[0]
+            details: Dict[str, Any] = {
+                "sync_kind": site.kind,
+                "api": site.api,
+                "per_step": round(per_step, 3),
+                "steps": steps_seen[:100],
+                "steps_truncated": len(steps_seen) > 100,
+                "every_step": every_step,
+                "warmup_count": warmup_count,
+                "stall_ms": round(stall_s * 1000.0, 3) if timed else None,
+                "timed_calls": timed,
+                "via": f"{_short(site.library[0])}:{site.library[1]} {site.library[2]}" if site.library else None,
+                "in_test": site.in_test,
+                "user_frame": bool(site.stack) and site.stack[0] is not None and _frames.is_user_file(file),
+            }
+            if site.tensor is not None:
+                details["tensor"] = site.tensor
+            severity = "warning" if (every_step or (details["stall_ms"] or 0.0) >= 1.0) and not site.in_test else "info"
+            where = "every measured step" if every_step else (
+                f"{len(steps_seen)} of {measured_steps} measured steps" if stepped else "outside any training step")
+            message = f"{label} blocks the host until the GPU catches up ({count}x, {where})"
+            results.append(Finding(
+                kind=SYNC,
+                severity=severity,
+                message=message,
+                file=file,
+                line=line,
+                function=function,
+                stack=[Frame(f, l, fn) for f, l, fn in site.stack],
+                count=count,
+                rule=rule,
+                fix_hint=hint,
+                details=details,
+                test=session.test_id,
+            ))
+        results.sort(key=lambda f: (-(f.details["stall_ms"] or 0.0), -f.count, f.file or "", f.line or 0))
+        return results
+
+
+def _short(path: str) -> str:
+    marker = os.sep + "site-packages" + os.sep
+    index = path.rfind(marker)
+    return path[index + len(marker):] if index >= 0 else path

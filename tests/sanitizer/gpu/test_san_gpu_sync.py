@@ -1,0 +1,247 @@
+"""The sync check on a real GPU: each sync kind planted, a clean loop, the allowlist,
+and the pytest plugin and the runner end to end. Needs no linter engine (no libcst)."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torchlint.sanitizer import allow_sync, sanitize  # noqa: E402
+
+pytest_plugins = ["pytester"]
+pytestmark = pytest.mark.gpu
+
+
+def _line():
+    return sys._getframe(1).f_lineno
+
+
+def _busy(ms=20):
+    # Queue GPU work so that a sync really waits (torch.cuda._sleep spins for N cycles).
+    if hasattr(torch.cuda, "_sleep"):
+        torch.cuda._sleep(int(ms * 1.5e6))
+
+
+def _sites(session):
+    return {(f.line, f.details["sync_kind"]): f for f in session.findings if f.kind == "sync"}
+
+
+def _assert_site(session, line, kind):
+    sites = _sites(session)
+    assert (line, kind) in sites, f"expected {kind} at line {line}, got {sorted(sites)}"
+    finding = sites[(line, kind)]
+    assert finding.file == os.path.abspath(__file__) or os.path.samefile(finding.file, __file__)
+    return finding
+
+
+def test_item_is_attributed_classified_and_timed():
+    x = torch.ones(4, device="cuda")
+    with sanitize(checks={"sync"}) as session:
+        _busy(30)
+        x.sum().item(); line = _line()
+    finding = _assert_site(session, line, "item")
+    assert finding.rule == "TL101"
+    assert finding.details["stall_ms"] is not None and finding.details["stall_ms"] > 5.0
+    assert finding.details["api"] == "Tensor.item"
+
+
+@pytest.mark.parametrize("kind", ["tolist", "cpu", "numpy", "bool", "format", "print", "float"])
+def test_readback_kinds(kind, capsys):
+    x = torch.arange(4.0, device="cuda")
+    with sanitize(checks={"sync"}) as session:
+        if kind == "tolist":
+            x.tolist(); line = _line()
+        elif kind == "cpu":
+            x.cpu(); line = _line()
+        elif kind == "numpy":
+            x.cpu().numpy(); line = _line()
+        elif kind == "bool":
+            flag = bool(x.sum() > 0); line = _line()
+        elif kind == "format":
+            text = f"{x.sum():.3f}"; line = _line()
+        elif kind == "print":
+            print(x); line = _line()
+        elif kind == "float":
+            float(x.sum()); line = _line()
+    expected = {"print": "format", "float": "item"}.get(kind, kind)
+    finding = _assert_site(session, line, expected)
+    if kind == "print":
+        assert finding.count == 1  # 38 syncs inside torch's formatter are one print
+
+
+@pytest.mark.parametrize("kind", ["nonzero", "mask-index", "unique", "where", "masked_select"])
+def test_dynamic_shape_kinds(kind):
+    x = torch.randn(64, device="cuda")
+    mask = x > 0
+    with sanitize(checks={"sync"}) as session:
+        if kind == "nonzero":
+            x.nonzero(); line = _line()
+        elif kind == "mask-index":
+            y = x[mask]; line = _line()
+        elif kind == "unique":
+            torch.unique(x.round()); line = _line()
+        elif kind == "where":
+            torch.where(mask); line = _line()
+        elif kind == "masked_select":
+            torch.masked_select(x, mask); line = _line()
+    expected = {"where": "nonzero", "masked_select": "nonzero"}.get(kind, kind)
+    finding = _assert_site(session, line, expected)
+    assert finding.rule == "TL103"
+
+
+def test_mask_index_gets_timed_in_the_sampled_window():
+    x = torch.randn(64, device="cuda")
+    mask = x > 0
+    with sanitize(checks={"sync"}) as session:
+        for _ in range(3):
+            _busy(10)
+            y = x[mask]; line = _line()
+    finding = _assert_site(session, line, "mask-index")
+    assert finding.count == 3
+    assert finding.details["timed_calls"] >= 1
+
+
+@pytest.mark.parametrize("kind", ["synchronize", "stream-sync", "event-sync", "empty-cache", "pageable-copy", "copy"])
+def test_blind_spots(kind):
+    host = torch.randn(1 << 16)
+    with sanitize(checks={"sync"}) as session:
+        _busy(10)
+        if kind == "synchronize":
+            torch.cuda.synchronize(); line = _line()
+        elif kind == "stream-sync":
+            torch.cuda.current_stream().synchronize(); line = _line()
+        elif kind == "event-sync":
+            event = torch.cuda.Event(); event.record(); event.synchronize(); line = _line()
+        elif kind == "empty-cache":
+            torch.cuda.empty_cache(); line = _line()
+        elif kind == "pageable-copy":
+            host.to("cuda", non_blocking=True); line = _line()
+        elif kind == "copy":
+            torch.tensor([1.0, 2.0], device="cuda"); line = _line()
+    expected = {"stream-sync": "synchronize"}.get(kind, kind)
+    finding = _assert_site(session, line, expected)
+    assert finding.rule == {"synchronize": "TL102", "event-sync": "TL102", "empty-cache": "TL303",
+                            "pageable-copy": "TL201", "copy": "TL201"}[expected]
+
+
+def test_pinned_non_blocking_copy_is_clean():
+    host = torch.randn(1 << 16).pin_memory()
+    with sanitize(checks={"sync"}) as session:
+        host.to("cuda", non_blocking=True)
+    assert _sites(session) == {}
+
+
+def test_clean_training_loop_has_no_finding():
+    model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256)).cuda()
+    optimizer = torch.optim.AdamW(model.parameters())
+    data = torch.randn(64, 256, device="cuda")
+    with sanitize(checks={"sync"}) as session:
+        for _ in range(6):
+            loss = model(data).square().mean()
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+    assert session.findings == []
+    assert session.step_index == 6
+
+
+def test_per_step_accounting_with_warmup():
+    model = torch.nn.Linear(16, 16).cuda()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = torch.randn(8, 16, device="cuda")
+    with sanitize(checks={"sync"}, warmup_steps=2) as session:
+        for _ in range(6):
+            loss = model(data).square().mean()
+            loss.backward()
+            value = loss.item(); line = _line()
+            optimizer.step()
+            optimizer.zero_grad()
+    finding = _assert_site(session, line, "item")
+    assert finding.count == 4 and finding.details["warmup_count"] == 2
+    assert finding.details["every_step"] is True and finding.details["per_step"] == 1.0
+    assert finding.severity == "warning"
+
+
+def test_noqa_and_allow_sync_silence_sites():
+    x = torch.ones(4, device="cuda")
+    with sanitize(checks={"sync"}) as session:
+        x.sum().item()  # noqa: TL101
+        x.sum().item()  # noqa
+        with allow_sync():
+            x.sum().item()
+        x.sum().item(); wrong_code = _line()  # noqa: TL201
+    assert set(_sites(session)) == {(wrong_code, "item")}
+
+
+def test_stop_restores_every_global():
+    before = (torch.cuda.get_sync_debug_mode(), torch.cuda.synchronize, torch.Tensor.__dict__.get("item"),
+              warnings.showwarning, len(warnings.filters))
+    with sanitize(checks={"sync"}):
+        assert torch.cuda.get_sync_debug_mode() == 1
+    after = (torch.cuda.get_sync_debug_mode(), torch.cuda.synchronize, torch.Tensor.__dict__.get("item"),
+             warnings.showwarning, len(warnings.filters))
+    assert before == after
+
+
+def test_pytest_plugin_end_to_end(pytester):
+    pytester.makepyfile(test_planted=textwrap.dedent("""
+        import torch
+
+        def test_syncs_every_step():
+            model = torch.nn.Linear(8, 8).cuda()
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            x = torch.randn(4, 8, device="cuda")
+            for _ in range(5):
+                loss = model(x).sum()
+                loss.backward()
+                print(loss.item())
+                opt.step()
+
+        def test_clean():
+            x = torch.randn(4, device="cuda")
+            y = x * 2
+    """))
+    report = pytester.path / "run.json"
+    result = pytester.runpytest_subprocess(
+        "--gpu-sanitize", "--gpu-sanitize-checks=sync", "--gpu-sanitize-fail-on=sync",
+        f"--gpu-sanitize-report={report}", "test_planted.py",
+    )
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*gpu-sanitize: checks=sync*", "*gpu-sanitize*", "*test_planted.py:11: sync item x1/step*"])
+    data = json.loads(report.read_text())
+    assert data["tests"]["test_planted.py::test_syncs_every_step"]["failed_by_sanitizer"] is True
+    assert data["tests"]["test_planted.py::test_clean"]["findings"] == 0
+
+
+def test_runner_end_to_end(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent("""
+        import sys
+        import torch
+
+        model = torch.nn.Linear(8, 8).cuda()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        x = torch.randn(4, 8, device="cuda")
+        for _ in range(int(sys.argv[1])):
+            loss = model(x).sum()
+            loss.backward()
+            total = loss.item()
+            opt.step()
+    """))
+    report = tmp_path / "r.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "torchlint.sanitizer", "--checks", "sync", "--report-json", str(report),
+         "--strict", "--fail-on", "sync", str(script), "6"],
+        capture_output=True, text=True, cwd=tmp_path,
+    )
+    assert done.returncode == 3, done.stderr
+    assert "train.py:11: sync item x1/step" in done.stderr
+    data = json.loads(report.read_text())
+    [finding] = [f for f in data["findings"] if f["kind"] == "sync"]
+    assert finding["count"] == 4 and finding["details"]["every_step"] is True
+    assert data["steps"] == {"completed": 6, "warmup": 2, "measured": 4, "source": "optimizer"}
