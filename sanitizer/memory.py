@@ -314,6 +314,7 @@ class MemoryCheck:
         self._started = False
         self._stopped = False
         self.inactive_reason: Optional[str] = None
+        self.error: Optional[str] = None
         self._next_sample_at = math.inf
         self._last_step: Optional[int] = None
         self._start_stats: Optional[AllocatorStats] = None
@@ -329,7 +330,7 @@ class MemoryCheck:
         self._retry_steps: List[Optional[int]] = []
         self._churn_intervals = 0
         self._snapshots: List[_SnapshotRecord] = []
-        self._last_snapshot_at = -math.inf
+        self._last_snapshot_at: Dict[str, float] = {}
         self._ooms: List[_OomEvent] = []
         self._pressure = False
         self._on_active_stack = False
@@ -393,6 +394,8 @@ class MemoryCheck:
                 stats = self._take_sample(self._last_step)
                 self._end_stats = stats
                 self._snapshot("session-end", self._last_step, under_pressure=self._under_pressure())
+        except Exception as exc:  # a failing allocator query must not break the user's teardown
+            self.error = f"final sample failed: {exc!r}"
         finally:
             if self._nvml is not None:
                 self._nvml.stop()
@@ -464,9 +467,11 @@ class MemoryCheck:
     def _maybe_snapshot(self, reason: str, step: Optional[int]) -> None:
         now = self._clock()
         triggered = sum(1 for s in self._snapshots if s.reason != "session-end")
-        if triggered >= MAX_TRIGGERED_SNAPSHOTS or now - self._last_snapshot_at < SNAPSHOT_MIN_INTERVAL_S:
+        # Rate-limited per trigger, so a steady "inactive-split" state never
+        # hides the snapshot of a retry that follows it.
+        if triggered >= MAX_TRIGGERED_SNAPSHOTS or now - self._last_snapshot_at.get(reason, -math.inf) < SNAPSHOT_MIN_INTERVAL_S:
             return
-        self._last_snapshot_at = now
+        self._last_snapshot_at[reason] = now
         self._snapshot(reason, step, under_pressure=self._under_pressure())
 
     def _snapshot(self, reason: str, step: Optional[int], *, under_pressure: bool) -> Optional[_SnapshotRecord]:
@@ -794,6 +799,8 @@ class MemoryCheck:
             return {"available": False, "reason": self.inactive_reason or "not started"}
         start, end = self._start_stats, self._end_stats or self._last_stats
         data: Dict[str, Any] = {"available": True, "samples": self._samples, "snapshots": len(self._snapshots)}
+        if self.error:
+            data["error"] = self.error
         if start is None or end is None:
             data["reason"] = "CUDA was never initialized"
             return data

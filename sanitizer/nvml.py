@@ -28,17 +28,17 @@ MIN_UTILIZATION_SAMPLES = 10
 LAG_SAMPLES = 2
 
 _init_lock = threading.Lock()
-_initialized_modules: set = set()
+# The module objects themselves, not their ids: an id can be reused.
+_initialized_modules: List[Any] = []
 
 
 def _init_once(nvml: Any) -> None:
     """nvmlInit once per process per module object; never shut down (refcounted)."""
-    key = id(nvml)
     with _init_lock:
-        if key in _initialized_modules:
+        if any(module is nvml for module in _initialized_modules):
             return
         nvml.nvmlInit()
-        _initialized_modules.add(key)
+        _initialized_modules.append(nvml)
 
 
 def _format_mib(n: Optional[int]) -> str:
