@@ -144,3 +144,64 @@ def already_on_host(expr: cst.BaseExpression) -> bool:
             node = node.value
         else:
             return False
+
+
+# -- device moves: ``x.to(device)``, ``x.cuda()``, ``x.to("cpu")`` ---------------
+_DEVICE_NAME = re.compile(r"(?i)(^|_)(device|dev|devices|gpu|rank_device|target_device)$|^(cuda_)?device")
+_DTYPE_NAME = re.compile(r"(?i)(dtype|precision)$")
+
+
+def device_kind(ctx: "FileContext", expr: cst.BaseExpression) -> Optional[str]:
+    """Is ``expr`` evidently a device, and which: "cpu", "device" (an
+    accelerator, or a device variable), or None when it is not evidently a
+    device (a dtype, another tensor, something unknown)."""
+    if isinstance(expr, cst.SimpleString):
+        value = expr.evaluated_value
+        if not isinstance(value, str):
+            return None
+        if value == "cpu" or value.startswith("cpu:"):
+            return "cpu"
+        if value.split(":", 1)[0] in ("cuda", "xpu", "mps", "hip", "npu", "xla", "meta"):
+            return "device" if not value.startswith("meta") else None
+        return None
+    if isinstance(expr, cst.Integer):
+        return "device"  # an int is a CUDA device index to ``.to`` and factories
+    if isinstance(expr, cst.Call):
+        qname = ctx.names.qualified_name(expr.func)
+        if qname == "torch.device" and expr.args:
+            return device_kind(ctx, expr.args[0].value)
+        return None
+    if isinstance(expr, cst.Attribute) and expr.attr.value == "device":
+        return "device"  # ``other.device``: wherever another tensor lives
+    name = last_name(expr) if isinstance(expr, (cst.Name, cst.Attribute)) else None
+    if name and _DEVICE_NAME.search(name) and not _DTYPE_NAME.search(name):
+        return "device"
+    return None
+
+
+def device_move(ctx: "FileContext", call: cst.Call) -> Optional[str]:
+    """Classify a ``.to(...)``/``.cuda()``/``.cpu()`` call by where it moves the
+    receiver: "device" (an accelerator or a device variable), "cpu", or None
+    (not a device move: dtype-only casts, ``.to(other)``, unknown arguments).
+    Says nothing about whether the receiver is a tensor or a module."""
+    func = call.func
+    if not isinstance(func, cst.Attribute):
+        return None
+    method = func.attr.value
+    if method == "cuda":
+        return "device"
+    if method == "cpu":
+        return "cpu" if not call.args else None
+    if method != "to" or not call.args:
+        return None
+    device_arg = None
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == "device":
+            device_arg = arg.value
+    first = call.args[0]
+    if device_arg is None and first.keyword is None and not first.star:
+        device_arg = first.value
+    if device_arg is None:
+        return None
+    return device_kind(ctx, device_arg)
+

@@ -1,1 +1,52 @@
-"""Output formats for lint findings; see ``torchlint.reporters.registry``."""
+"""Output formats for lint findings.
+
+Every reporter takes the sorted findings and a ``ReportContext`` and writes
+to a stream. Rows and columns are 1-based everywhere (flake8's 0-based
+columns are the flake8 plugin's business).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Sequence, TextIO
+
+from torchlint.rule import Diagnostic
+
+
+@dataclass
+class ReportContext:
+    cwd: str = field(default_factory=os.getcwd)
+    unsafe_fixes: bool = False
+    texts: Dict[str, str] = field(default_factory=dict)  # path -> source, for excerpts
+
+    def display_path(self, path: str) -> str:
+        if path == "-" or not os.path.isabs(path) and not path.startswith(".."):
+            return os.path.normpath(path) if path != "-" else path
+        relative = os.path.relpath(path, self.cwd)
+        return path if relative.startswith("..") else relative
+
+    def absolute_path(self, path: str) -> str:
+        return path if path == "-" else os.path.abspath(os.path.join(self.cwd, path))
+
+
+Reporter = Callable[[Sequence[Diagnostic], ReportContext, TextIO], None]
+
+
+def reporters() -> Dict[str, Reporter]:
+    from torchlint.reporters import ci, machine, text
+
+    return {
+        "concise": text.concise,
+        "full": text.full,
+        "grouped": text.grouped,
+        "pylint": text.pylint,
+        "json": machine.json_array,
+        "json-lines": machine.json_lines,
+        "junit": machine.junit,
+        "github": ci.github,
+        "sarif": ci.sarif,
+    }
+
+
+# Formats whose output is data; the CLI adds no summary lines to them.
+MACHINE_FORMATS = frozenset({"json", "json-lines", "junit", "sarif", "github"})

@@ -1,0 +1,120 @@
+"""Which files to lint: ruff's discovery rules.
+
+Directories are walked for ``*.py`` and ``*.pyi``, skipping the default
+excludes, ``--exclude``/``--extend-exclude`` patterns and, unless turned off,
+what ``.gitignore`` files ignore. A file named on the command line is always
+linted, unless ``--force-exclude`` is given (pre-commit passes every file by
+name, which is why its hook uses that flag).
+"""
+from __future__ import annotations
+
+import fnmatch
+import os
+from dataclasses import dataclass, field
+from typing import List, Optional, Sequence, Tuple
+
+from torchlint import gitignore
+
+DEFAULT_EXCLUDES = (
+    ".bzr", ".direnv", ".eggs", ".git", ".git-rewrite", ".hg", ".ipynb_checkpoints", ".mypy_cache",
+    ".nox", ".pants.d", ".pyenv", ".pytest_cache", ".pytype", ".ruff_cache", ".svn", ".tox",
+    ".torchlint_cache", ".venv", ".vscode", "__pypackages__", "__pycache__", "_build", "buck-out",
+    "build", "dist", "node_modules", "site-packages", "venv",
+)
+EXTENSIONS = (".py", ".pyi")
+
+
+@dataclass
+class DiscoveryOptions:
+    exclude: Optional[Sequence[str]] = None  # replaces the defaults when given
+    extend_exclude: Sequence[str] = field(default_factory=list)
+    respect_gitignore: bool = True
+    force_exclude: bool = False
+    root: str = field(default_factory=os.getcwd)  # exclude patterns with a slash are relative to it
+
+    @property
+    def patterns(self) -> List[str]:
+        base = list(DEFAULT_EXCLUDES) if self.exclude is None else list(self.exclude)
+        return base + list(self.extend_exclude)
+
+
+def _excluded(path: str, options: DiscoveryOptions) -> bool:
+    name = os.path.basename(path)
+    relative = os.path.relpath(os.path.abspath(path), options.root).replace(os.sep, "/")
+    for pattern in options.patterns:
+        pattern = pattern.rstrip("/")
+        if fnmatch.fnmatchcase(name, pattern) or fnmatch.fnmatchcase(relative, pattern) or fnmatch.fnmatchcase(relative, pattern + "/*"):
+            return True
+    return False
+
+
+def _force_excluded(path: str, options: DiscoveryOptions) -> bool:
+    """For a file named explicitly: is it, or a directory above it (up to the
+    root), excluded?"""
+    absolute = os.path.abspath(path)
+    current = absolute
+    while True:
+        if _excluded(current, options):
+            return True
+        parent = os.path.dirname(current)
+        if parent == current or not parent.startswith(options.root) or parent == options.root:
+            break
+        current = parent
+    if options.respect_gitignore:
+        stack = gitignore.for_root(os.path.dirname(absolute)).child(os.path.dirname(absolute))
+        return stack.ignored(absolute, is_dir=False)
+    return False
+
+
+def discover(paths: Sequence[str], options: DiscoveryOptions) -> Tuple[List[str], List[Tuple[str, str]]]:
+    """(files to lint in a stable order, [(path, error)] for paths that don't exist)."""
+    files: List[str] = []
+    missing: List[Tuple[str, str]] = []
+    seen = set()
+
+    def add(path: str) -> None:
+        key = os.path.abspath(path)
+        if key not in seen:
+            seen.add(key)
+            files.append(path)
+
+    for given in paths:
+        if os.path.isfile(given):
+            if not (options.force_exclude and _force_excluded(given, options)):
+                add(given)
+        elif os.path.isdir(given):
+            if options.force_exclude and given not in (".", "./") and _force_excluded(given, options):
+                continue
+            for path in _walk(given, options):
+                add(path)
+        else:
+            missing.append((given, "No such file or directory"))
+    return files, missing
+
+
+def _walk(root: str, options: DiscoveryOptions) -> List[str]:
+    found: List[str] = []
+    base_stack = gitignore.for_root(root) if options.respect_gitignore else gitignore.IgnoreStack()
+
+    def visit(directory: str, stack: gitignore.IgnoreStack) -> None:
+        if options.respect_gitignore:
+            stack = stack.child(directory)
+        try:
+            entries = sorted(os.scandir(directory), key=lambda e: e.name)
+        except OSError:
+            return
+        for entry in entries:
+            path = entry.path
+            is_dir = entry.is_dir(follow_symlinks=True)
+            if _excluded(path, options):
+                continue
+            if options.respect_gitignore and stack.ignored(os.path.abspath(path), is_dir):
+                continue
+            if is_dir:
+                if not entry.is_symlink():
+                    visit(path, stack)
+            elif entry.name.endswith(EXTENSIONS):
+                found.append(path)
+
+    visit(root, base_stack)
+    return found

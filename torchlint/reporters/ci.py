@@ -1,0 +1,132 @@
+"""Formats for CI systems: GitHub workflow commands and SARIF 2.1.0."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from typing import Any, Dict, List, Optional, Sequence, TextIO
+
+from torchlint import __version__, docs
+from torchlint.registry import all_rules
+from torchlint.reporters import ReportContext
+from torchlint.rule import DOCS_URL, Diagnostic
+from torchlint.source import split_lines
+
+
+def escape_data(text: str) -> str:
+    """Workflow-command message escaping (actions/toolkit ``escapeData``)."""
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def escape_property(text: str) -> str:
+    """Property-value escaping (``escapeProperty``): also ``:`` and ``,``."""
+    return escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def github(diagnostics: Sequence[Diagnostic], ctx: ReportContext, out: TextIO) -> None:
+    for d in diagnostics:
+        props = ",".join(
+            f"{key}={escape_property(str(value))}"
+            for key, value in (
+                ("file", ctx.display_path(d.path)),
+                ("line", d.row),
+                ("col", d.column),
+                ("endLine", d.end_row),
+                ("endColumn", d.end_column),
+                ("title", f"{d.code} {d.name}"),
+            )
+        )
+        out.write(f"::error {props}::{escape_data(f'{d.code} {d.message}')}\n")
+
+
+def _repo_root(start: str) -> str:
+    directory = os.path.abspath(start)
+    while True:
+        if os.path.exists(os.path.join(directory, ".git")):
+            return directory
+        parent = os.path.dirname(directory)
+        if parent == directory:
+            return os.path.abspath(start)
+        directory = parent
+
+
+def _fingerprint(d: Diagnostic, uri: str, ctx: ReportContext) -> str:
+    lines = split_lines(ctx.texts.get(d.path, ""))
+    line = lines[d.row - 1].strip() if 0 < d.row <= len(lines) else ""
+    return hashlib.sha256(f"{d.code}\0{uri}\0{line}".encode()).hexdigest()[:32]
+
+
+def sarif_document(diagnostics: Sequence[Diagnostic], ctx: ReportContext) -> Dict[str, Any]:
+    rules = list(all_rules().values())
+    index = {rule.code: i for i, rule in enumerate(rules)}
+    root = _repo_root(ctx.cwd)
+    results: List[Dict[str, Any]] = []
+    for d in diagnostics:
+        absolute = ctx.absolute_path(d.path)
+        uri = os.path.relpath(os.path.realpath(absolute), os.path.realpath(root)).replace(os.sep, "/")
+        results.append(
+            {
+                "ruleId": d.code,
+                "ruleIndex": index[d.code],
+                "level": "error" if d.code == "TL000" else "warning",
+                "message": {"text": d.message},
+                "locations": [
+                    {
+                        "physicalLocation": {
+                            "artifactLocation": {"uri": uri, "uriBaseId": "%SRCROOT%"},
+                            "region": {
+                                "startLine": d.row,
+                                "startColumn": d.column,
+                                "endLine": d.end_row,
+                                "endColumn": max(d.end_column, d.column + 1) if d.end_row == d.row else d.end_column,
+                            },
+                        }
+                    }
+                ],
+                "partialFingerprints": {"torchlintFingerprint/v1": _fingerprint(d, uri, ctx)},
+            }
+        )
+    return {
+        "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
+        "version": "2.1.0",
+        "runs": [
+            {
+                "tool": {
+                    "driver": {
+                        "name": "torchlint",
+                        "semanticVersion": __version__,
+                        "version": __version__,
+                        "informationUri": DOCS_URL,
+                        "rules": [_sarif_rule(rule) for rule in rules],
+                    }
+                },
+                "originalUriBaseIds": {"%SRCROOT%": {"uri": _file_uri(root)}},
+                "results": results,
+            }
+        ],
+    }
+
+
+def _file_uri(path: str) -> str:
+    path = os.path.abspath(path).replace(os.sep, "/")
+    return "file://" + (path if path.startswith("/") else "/" + path) + "/"
+
+
+def _sarif_rule(rule) -> Dict[str, Any]:
+    full = docs.what_it_does(rule)
+    markdown = docs.render_markdown(rule)
+    return {
+        "id": rule.code,
+        "name": rule.name,
+        "shortDescription": {"text": rule.summary},
+        "fullDescription": {"text": full},
+        "help": {"text": full, "markdown": markdown},
+        "helpUri": f"{DOCS_URL}#{docs.anchor(rule)}",
+        "defaultConfiguration": {"level": "error" if rule.code == "TL000" else "warning", "enabled": rule.default_enabled},
+        "properties": {"tags": ["pytorch", "performance" if rule.code[2] in "12358" else "correctness"]},
+    }
+
+
+def sarif(diagnostics: Sequence[Diagnostic], ctx: ReportContext, out: TextIO) -> None:
+    json.dump(sarif_document(diagnostics, ctx), out, indent=2)
+    out.write("\n")

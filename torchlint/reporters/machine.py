@@ -1,0 +1,63 @@
+"""Data formats: json (ruff's layout), json-lines, and JUnit XML."""
+from __future__ import annotations
+
+import json
+from itertools import groupby
+from typing import Any, Dict, Sequence, TextIO
+from xml.sax.saxutils import escape, quoteattr
+
+from torchlint.reporters import ReportContext
+from torchlint.rule import Diagnostic
+
+
+def to_json(d: Diagnostic, ctx: ReportContext) -> Dict[str, Any]:
+    fix = None
+    if d.fix is not None:
+        fix = {
+            "applicability": d.fix.applicability,
+            "message": d.fix.message,
+            "edits": [
+                {
+                    "content": e.content,
+                    "location": {"row": e.start[0], "column": e.start[1] + 1},
+                    "end_location": {"row": e.end[0], "column": e.end[1] + 1},
+                }
+                for e in d.fix.edits
+            ],
+        }
+    return {
+        "code": d.code,
+        "name": d.name,
+        "message": d.message,
+        "filename": ctx.absolute_path(d.path),
+        "location": {"row": d.row, "column": d.column},
+        "end_location": {"row": d.end_row, "column": d.end_column},
+        "fix": fix,
+        "noqa_row": d.noqa_row,
+        "url": d.url,
+    }
+
+
+def json_array(diagnostics: Sequence[Diagnostic], ctx: ReportContext, out: TextIO) -> None:
+    json.dump([to_json(d, ctx) for d in diagnostics], out, indent=2)
+    out.write("\n")
+
+
+def json_lines(diagnostics: Sequence[Diagnostic], ctx: ReportContext, out: TextIO) -> None:
+    for d in diagnostics:
+        out.write(json.dumps(to_json(d, ctx)) + "\n")
+
+
+def junit(diagnostics: Sequence[Diagnostic], ctx: ReportContext, out: TextIO) -> None:
+    out.write('<?xml version="1.0" encoding="UTF-8"?>\n')
+    out.write(f'<testsuites name="torchlint" tests="{len(diagnostics)}" failures="{len(diagnostics)}" errors="0">\n')
+    for path, items in groupby(diagnostics, key=lambda d: d.path):
+        items = list(items)
+        shown = ctx.display_path(path)
+        out.write(f'  <testsuite name={quoteattr(shown)} tests="{len(items)}" disabled="0" errors="0" failures="{len(items)}" package="org.torchlint">\n')
+        for d in items:
+            out.write(f'    <testcase name={quoteattr(f"org.torchlint.{d.code}")} classname={quoteattr(shown)} line="{d.row}" column="{d.column}">\n')
+            out.write(f"      <failure message={quoteattr(d.message)}>{escape(f'line {d.row}, col {d.column}, {d.message}')}</failure>\n")
+            out.write("    </testcase>\n")
+        out.write("  </testsuite>\n")
+    out.write("</testsuites>\n")

@@ -1,0 +1,157 @@
+"""Lint (and fix) many files on all cores, with results in a stable order."""
+from __future__ import annotations
+
+import difflib
+import multiprocessing
+import os
+import re
+from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+
+import libcst as cst
+
+from torchlint import source as sources
+from torchlint.fixer import fix_text, is_applicable
+from torchlint.linter import FileOptions, InternalError, LintOutput, lint_text, syntax_error
+from torchlint.rule import Diagnostic
+
+CHECK, FIX, DIFF, ADD_NOQA = "check", "fix", "diff", "add-noqa"
+
+
+@dataclass
+class Job:
+    path: str
+    options: FileOptions
+    mode: str = CHECK
+    unsafe_fixes: bool = False
+    fixable: Optional[frozenset] = None  # codes allowed to fix; None = all
+    noqa_reason: Optional[str] = None
+
+
+@dataclass
+class FileResult:
+    path: str
+    diagnostics: List[Diagnostic] = field(default_factory=list)
+    errors: List[InternalError] = field(default_factory=list)
+    fixed: Counter = field(default_factory=Counter)
+    diff: str = ""
+    fix_error: Optional[str] = None
+    noqa_added: int = 0
+    text: str = ""  # the (final) source, kept when there are findings to show
+
+
+def run_text(text: str, job: Job) -> Tuple[FileResult, str]:
+    """Lint or fix one already-decoded text; returns the result and the new text."""
+    result = FileResult(job.path)
+    new_text = text
+    if job.mode in (FIX, DIFF):
+        fixable = (lambda code: code in job.fixable) if job.fixable is not None else (lambda code: True)
+        fixed = fix_text(text, job.path, job.options, job.unsafe_fixes, fixable)
+        new_text, result.fixed, result.fix_error = fixed.text, fixed.applied, fixed.error
+        output: LintOutput = fixed.remaining  # type: ignore[assignment]
+        if job.mode == DIFF and new_text != text:
+            result.diff = "".join(
+                difflib.unified_diff(
+                    sources.split_lines(text), sources.split_lines(new_text), f"a/{job.path}", f"b/{job.path}"
+                )
+            )
+            new_text = text
+    else:
+        output = lint_text(text, job.path, job.options)
+        if job.mode == ADD_NOQA and output.diagnostics:
+            new_text, result.noqa_added, result.fix_error = add_noqa(text, output.diagnostics, job.noqa_reason)
+            if result.fix_error is None:
+                output = lint_text(new_text, job.path, job.options)
+    result.diagnostics, result.errors = output.diagnostics, output.errors
+    if result.diagnostics:
+        result.text = new_text
+    return result, new_text
+
+
+def run_file(job: Job) -> FileResult:
+    try:
+        with open(job.path, "rb") as handle:
+            data = handle.read()
+    except OSError as exc:
+        return FileResult(job.path, [syntax_error(job.path, f"cannot read file: {exc.strerror}")])
+    try:
+        decoded = sources.decode(data)
+    except sources.DecodeError as exc:
+        return FileResult(job.path, [syntax_error(job.path, f"cannot decode file: {exc}")])
+    result, new_text = run_text(decoded.text, job)
+    if new_text != decoded.text and job.mode in (FIX, ADD_NOQA):
+        try:
+            sources.write_atomic(job.path, decoded.encode(new_text))
+        except OSError as exc:
+            result.fix_error = f"cannot write fixed file: {exc.strerror or exc}"
+            result.fixed = Counter()
+        except UnicodeEncodeError as exc:
+            result.fix_error = f"fixed code cannot be encoded as {decoded.encoding}: {exc.reason}"
+            result.fixed = Counter()
+    return result
+
+
+def run(jobs: Sequence[Job], workers: int) -> List[FileResult]:
+    """Results in the order of ``jobs``, whatever order the workers finish in."""
+    if workers <= 1 or len(jobs) <= 1:
+        return [run_file(job) for job in jobs]
+    context = multiprocessing.get_context("fork") if hasattr(os, "fork") else None
+    chunk = max(1, min(16, len(jobs) // (workers * 8)))
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        return list(pool.map(run_file, jobs, chunksize=chunk))
+
+
+def default_workers() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover
+        return os.cpu_count() or 1
+
+
+_NOQA_CODES = re.compile(r"#\s*noqa:\s?(?P<codes>[A-Z]+[0-9]+(?:(?:\s*,\s*|\s+)[A-Z]+[0-9]+)*)", re.IGNORECASE)
+_BARE_NOQA = re.compile(r"#\s*noqa(?!:)", re.IGNORECASE)
+
+
+def add_noqa(text: str, diagnostics: Iterable[Diagnostic], reason: Optional[str]) -> Tuple[str, int, Optional[str]]:
+    """Append ``# noqa: CODE`` to each failing line (merging existing codes)."""
+    by_row: Dict[int, set] = {}
+    for d in diagnostics:
+        if d.code != "TL000":
+            by_row.setdefault(d.noqa_row or d.row, set()).add(d.code)
+    lines = sources.split_lines(text)
+    added = 0
+    for row, codes in sorted(by_row.items()):
+        line = lines[row - 1]
+        body = line.rstrip("\r\n")
+        ending = line[len(body):]
+        if _BARE_NOQA.search(body):
+            continue
+        existing = _NOQA_CODES.search(body)
+        if existing:
+            merged = sorted(set(re.split(r"[\s,]+", existing.group("codes").upper())) | codes)
+            body = body[: existing.start()] + "# noqa: " + ", ".join(merged) + body[existing.end():]
+        else:
+            suffix = f" {reason}" if reason else ""
+            body = f"{body}  # noqa: {', '.join(sorted(codes))}{suffix}"
+        lines[row - 1] = body + ending
+        added += len(codes)
+    new_text = "".join(lines)
+    try:
+        cst.parse_module(new_text)
+    except Exception:
+        return text, 0, "adding noqa comments would break the file (a finding inside a multi-line string?); left unchanged"
+    return new_text, added, None
+
+
+def fixable_summary(results: Sequence[FileResult], unsafe_fixes: bool) -> Tuple[int, int]:
+    """(findings fixable at the current level, additional unsafe fixes available)."""
+    fixable = unsafe_only = 0
+    for result in results:
+        for d in result.diagnostics:
+            if is_applicable(d.fix, unsafe_fixes):
+                fixable += 1
+            elif not unsafe_fixes and is_applicable(d.fix, True):
+                unsafe_only += 1
+    return fixable, unsafe_only
