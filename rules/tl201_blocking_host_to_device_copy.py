@@ -1,0 +1,603 @@
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple
+
+import libcst as cst
+
+from torchlint.analysis import CUDA_AVAILABILITY, Site, contains_call_to
+from torchlint.facts import LoaderInfo, keyword
+from torchlint.names import dotted_name, last_name
+from torchlint.rule import SAFE, UNSAFE, Invalid, Option, Rule, Valid
+
+# A name that holds a device: `device`, `args.device`, `self.dev`, `local_rank`, `x.device`.
+_DEVICE_NAME = re.compile(r"(?i)(^|_)(device|dev|gpu|cuda|rank|local_rank|gpu_id|device_id)s?$|^device")
+# Methods that return a view of the same storage: a view of pinned memory is pinned.
+_VIEW_METHODS = frozenset(
+    {"view", "squeeze", "unsqueeze", "permute", "transpose", "narrow", "select", "expand", "t", "detach", "unflatten"}
+)
+# Calls that hand back a loader whose batches the framework already moved to the device.
+_FRAMEWORK_PLACES = frozenset({"prepare", "prepare_data_loader", "setup_dataloaders", "DeviceDataLoader"})
+
+
+@dataclass(frozen=True)
+class _Origin:
+    """Where batch data came from: ``kind`` is "loop" (``for batch in SRC``),
+    "next" (``batch = next(SRC)``) or "pinned" (a ``.pin_memory()`` result)."""
+
+    kind: str
+    source: Optional[cst.BaseExpression] = None
+    loop_node: Optional[cst.CSTNode] = None
+
+
+_PINNED = _Origin("pinned")
+
+
+class BlockingHostToDeviceCopy(Rule):
+    """## What it does
+    Flags `.to(device)`, `.to("cuda")`, `.to(device, dtype)` and `.cuda()` on
+    batch data inside a loop over a DataLoader (or batches pulled with
+    `next(...)`) when the batches are in pinned memory and the copy does not
+    pass `non_blocking=True`. Pinned batches are recognised from a
+    `DataLoader(..., pin_memory=True)` visible in the module (also through a
+    `**kwargs` dict, or `pin_memory=torch.cuda.is_available()`), and from
+    tensors that were `.pin_memory()`'d.
+
+    When the loader is not visible in the module (it is a parameter, or built
+    elsewhere), the rule stays silent unless the `assume-pinned` option is
+    set. When the loader is visibly unpinned (`pin_memory=False` or left out),
+    the copy is not flagged: `non_blocking` does nothing for pageable memory,
+    and TL202 points at the loader instead.
+
+    Not flagged: dtype-only casts (`.to(torch.float16)`), copies to the CPU,
+    module moves (`model.to(device)`), values that are not batch data, batches
+    of a loader that a framework already placed on the device
+    (`accelerator.prepare(loader)`), and copies that already pass
+    `non_blocking` (either way) or `**kwargs`.
+
+    ## Why is this bad?
+    A copy from pinned (page-locked) host memory can run asynchronously: with
+    `non_blocking=True` the host queues it and moves on to queue the forward
+    pass, and the copy overlaps with other work. Without it the host blocks
+    until the copy has finished, on every batch, and the pinning the
+    DataLoader paid for buys little.
+
+    ## Known problems
+    Data is followed through subscripts, attributes, unpacking and
+    `.items()`/comprehensions of the batch, not through arbitrary calls: a
+    batch passed through `.float()` may be a new, unpinned tensor, so such
+    copies are left alone. A loader is matched to the loop by the name it is
+    assigned to, anywhere in the module.
+
+    ## Example
+    ```python
+    from torch.utils.data import DataLoader
+
+    loader = DataLoader(dataset, batch_size=64, pin_memory=True, num_workers=4)
+    for images, labels in loader:
+        images = images.to(device)
+        labels = labels.to(device)
+        loss = criterion(model(images), labels)
+    ```
+
+    Use instead:
+    ```python
+    from torch.utils.data import DataLoader
+
+    loader = DataLoader(dataset, batch_size=64, pin_memory=True, num_workers=4)
+    for images, labels in loader:
+        images = images.to(device, non_blocking=True)
+        labels = labels.to(device, non_blocking=True)
+        loss = criterion(model(images), labels)
+    ```
+
+    ## Fix safety
+    The fix adds `non_blocking=True`. It is safe when the source is visibly
+    pinned: the copy is ordered on the current CUDA stream before every
+    kernel that uses its result, so results do not change. It is unsafe when
+    pinning is only assumed (`assume-pinned`): the copy is then still
+    synchronous for pageable memory, and code that hands the batch to another
+    stream, or writes into the host tensor after the copy, needs care.
+
+    The rule never adds `non_blocking=True` to a copy **to the CPU**: a
+    non-blocking device-to-host copy returns before the data has arrived, and
+    reading it without `torch.cuda.synchronize()` (or an event) reads garbage.
+
+    ## Options
+    - `assume-pinned` (bool, default `false`): also flag copies of batches
+      whose source is not visible in the module (a loader passed in as a
+      parameter), assuming it is pinned. The fix is then unsafe.
+
+    ## References
+    - [A guide on good usage of `non_blocking` and `pin_memory()` in PyTorch](https://pytorch.org/tutorials/intermediate/pinmem_nonblock.html)
+    - [CUDA semantics: use pinned memory buffers](https://pytorch.org/docs/stable/notes/cuda.html#use-pinned-memory-buffers)
+    - [torch.utils.data: memory pinning](https://pytorch.org/docs/stable/data.html#memory-pinning)
+    """
+
+    code = "TL201"
+    name = "blocking-host-to-device-copy"
+    summary = "A copy of pinned batch data to the GPU blocks the host (no `non_blocking=True`)"
+    fix_availability = "always"
+    options = {
+        "assume-pinned": Option(
+            bool,
+            False,
+            "Also flag copies of batches whose source is not visible in the module, assuming pinned memory.",
+        )
+    }
+
+    VALID = [
+        # Visibly unpinned loader: TL202's business, not this rule's.
+        Valid("""
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, batch_size=32)
+            for x, y in loader:
+                x = x.to(device)
+        """),
+        Valid("""
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, batch_size=32, pin_memory=False)
+            for x, y in loader:
+                x = x.cuda()
+        """),
+        # Already non-blocking (or explicitly blocking: the author chose).
+        Valid("""
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, pin_memory=True)
+            for x, y in loader:
+                x = x.to(device, non_blocking=True)
+                y = y.cuda(non_blocking=False)
+        """),
+        # dtype-only cast.
+        Valid("""
+            import torch
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, pin_memory=True)
+            for x, y in loader:
+                x = x.to(torch.float16)
+                y = y.to(dtype=torch.long)
+        """),
+        # Module moves and non-batch tensors.
+        Valid("""
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, pin_memory=True)
+            for x, y in loader:
+                model.to(device)
+                weights = class_weights.to(device)
+        """),
+        # Device-to-host copies are never made non-blocking.
+        Valid("""
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, pin_memory=True)
+            for x, y in loader:
+                out = model(x.to(device, non_blocking=True))
+                host = out.to("cpu")
+                y_host = y.to("cpu")
+        """),
+        # Source not visible: silent by default.
+        Valid("""
+            def train(model, loader, device):
+                for x, y in loader:
+                    x, y = x.to(device), y.to(device)
+                    model(x).sum().backward()
+        """),
+        # A framework already placed the batches on the device.
+        Valid("""
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, pin_memory=True)
+            model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+            for batch in loader:
+                batch = batch.to(accelerator.device)
+        """, options={"assume-pinned": True}),
+        # A copy with **kwargs may already pass non_blocking.
+        Valid("""
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, pin_memory=True)
+            for x, y in loader:
+                x = x.to(device, **copy_kwargs)
+        """),
+        # `.float()` makes a new, pageable tensor: pinning does not carry over.
+        Valid("""
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, pin_memory=True)
+            for x, y in loader:
+                x = x.float().to(device)
+        """),
+        # Positional non_blocking.
+        Valid("""
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, pin_memory=True)
+            for x, y in loader:
+                x = x.cuda(0, True)
+                y = y.to(device, None, True)
+        """),
+        # The name was rebound to a device tensor before the second move.
+        Valid("""
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, pin_memory=True)
+            for x, y in loader:
+                x = x.to(device, non_blocking=True)
+                x = x.to(device)
+        """),
+    ]
+
+    INVALID = [
+        Invalid(
+            """
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, batch_size=32, pin_memory=True)
+            for x, y in loader:
+                x = x.to(device)
+            """,
+            fixed="""
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, batch_size=32, pin_memory=True)
+            for x, y in loader:
+                x = x.to(device, non_blocking=True)
+            """,
+            line=4,
+            message="pinned",
+        ),
+        Invalid(
+            """
+            import torch
+            train_loader = torch.utils.data.DataLoader(ds, pin_memory=True)
+            for step, (images, target) in enumerate(train_loader):
+                images = images.cuda()
+                target = target.to("cuda")
+            """,
+            fixed="""
+            import torch
+            train_loader = torch.utils.data.DataLoader(ds, pin_memory=True)
+            for step, (images, target) in enumerate(train_loader):
+                images = images.cuda(non_blocking=True)
+                target = target.to("cuda", non_blocking=True)
+            """,
+            count=2,
+        ),
+        # Through a kwargs dict; `.to(device, dtype)`.
+        Invalid(
+            """
+            import torch
+            from torch.utils.data import DataLoader as DL
+            kwargs = {"num_workers": 4, "pin_memory": True}
+            loader = DL(ds, **kwargs)
+            for batch in loader:
+                x = batch["image"].to(device, torch.float16)
+            """,
+            fixed="""
+            import torch
+            from torch.utils.data import DataLoader as DL
+            kwargs = {"num_workers": 4, "pin_memory": True}
+            loader = DL(ds, **kwargs)
+            for batch in loader:
+                x = batch["image"].to(device, torch.float16, non_blocking=True)
+            """,
+        ),
+        # A tensor that was `.pin_memory()`'d.
+        Invalid(
+            """
+            for chunk in chunks:
+                staged = chunk.pin_memory()
+                out = model(staged.to(device))
+            """,
+            fixed="""
+            for chunk in chunks:
+                staged = chunk.pin_memory()
+                out = model(staged.to(device, non_blocking=True))
+            """,
+            message="`.pin_memory()`",
+        ),
+        # The loader is a parameter: flagged only with assume-pinned, unsafe fix.
+        Invalid(
+            """
+            def train(model, loader, device):
+                for x, y in loader:
+                    x = x.to(device=device)
+                    model(x).sum().backward()
+            """,
+            options={"assume-pinned": True},
+            fixed=None,
+            message="only helps",
+        ),
+        Invalid(
+            """
+            def train(model, loader, device):
+                for x, y in loader:
+                    x = x.to(device=device)
+                    model(x).sum().backward()
+            """,
+            options={"assume-pinned": True},
+            unsafe_fixes=True,
+            fixed="""
+            def train(model, loader, device):
+                for x, y in loader:
+                    x = x.to(device=device, non_blocking=True)
+                    model(x).sum().backward()
+            """,
+        ),
+        # Dict batches moved key by key; `pin_memory=torch.cuda.is_available()`.
+        Invalid(
+            """
+            import torch
+            loader = torch.utils.data.DataLoader(ds, pin_memory=torch.cuda.is_available())
+            for batch in loader:
+                batch = {k: v.to(device) for k, v in batch.items()}
+            """,
+            fixed="""
+            import torch
+            loader = torch.utils.data.DataLoader(ds, pin_memory=torch.cuda.is_available())
+            for batch in loader:
+                batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+            """,
+        ),
+        # Batches pulled with next() in a step loop.
+        Invalid(
+            """
+            from torch.utils.data import DataLoader
+            train_loader = DataLoader(ds, pin_memory=True)
+            data_iter = iter(train_loader)
+            for step in range(num_steps):
+                inputs, labels = next(data_iter)
+                inputs = inputs.to(args.device)
+            """,
+            fixed="""
+            from torch.utils.data import DataLoader
+            train_loader = DataLoader(ds, pin_memory=True)
+            data_iter = iter(train_loader)
+            for step in range(num_steps):
+                inputs, labels = next(data_iter)
+                inputs = inputs.to(args.device, non_blocking=True)
+            """,
+        ),
+    ]
+
+    def __init__(self, ctx, options) -> None:
+        super().__init__(ctx, options)
+        # Per function scope: name -> where its batch data came from.
+        self.scopes: List[Dict[str, _Origin]] = [{}]
+        self.placed_by_framework: set = set()
+        self.candidates: List[Tuple[Site, cst.Call, _Origin]] = []
+
+    # -- scopes --------------------------------------------------------------------
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.scopes.append({})
+
+    def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.scopes.pop()
+
+    @property
+    def derived(self) -> Dict[str, _Origin]:
+        return self.scopes[-1]
+
+    # -- where batch data comes from --------------------------------------------
+    def visit_For(self, node: cst.For) -> None:
+        origin = self._iteration_origin(node.iter, node)
+        if origin is not None:
+            for name in _target_names(node.target):
+                self.derived[name] = origin
+
+    def _comprehension(self, node) -> None:
+        # The element is visited before the `for` clause, so bind its targets first.
+        clause = node.for_in
+        while clause is not None:
+            origin = self._origin_of(clause.iter)
+            if origin is None and isinstance(clause.iter, cst.Call) and isinstance(clause.iter.func, cst.Attribute):
+                if clause.iter.func.attr.value in ("items", "values"):
+                    origin = self._origin_of(clause.iter.func.value)
+            if origin is not None:
+                for name in _target_names(clause.target):
+                    self.derived[name] = origin
+            clause = clause.inner_for_in
+
+    visit_DictComp = _comprehension
+    visit_ListComp = _comprehension
+    visit_SetComp = _comprehension
+    visit_GeneratorExp = _comprehension
+
+    def leave_Assign(self, node: cst.Assign) -> None:
+        # On leave: a copy in the value (`x = x.to(device)`) still sees the old binding.
+        value = node.value
+        origin = self._assigned_origin(value)
+        if isinstance(value, cst.Call) and last_name(value.func) in _FRAMEWORK_PLACES:
+            for target in node.targets:
+                self.placed_by_framework.update(_target_names(target.target))
+        for target in node.targets:
+            for name in _target_names(target.target):
+                if origin is not None:
+                    self.derived[name] = origin
+                else:
+                    self.derived.pop(name, None)
+
+    def _iteration_origin(self, iterable: cst.BaseExpression, loop_node: cst.CSTNode) -> Optional[_Origin]:
+        inner = _unwrap_pass_through(iterable)
+        if dotted_name(inner) in self.placed_by_framework:
+            return None
+        if self.ctx.facts.is_data_source(iterable):
+            return _Origin("loop", inner, loop_node)
+        origin = self._origin_of(inner)
+        if origin is None and isinstance(inner, cst.Call) and isinstance(inner.func, cst.Attribute):
+            if inner.func.attr.value in ("items", "values"):
+                origin = self._origin_of(inner.func.value)
+        return origin
+
+    def _assigned_origin(self, value: cst.BaseExpression) -> Optional[_Origin]:
+        if isinstance(value, cst.Call):
+            func = value.func
+            if isinstance(func, cst.Name) and func.value == "next" and value.args:
+                source = value.args[0].value
+                if self.ctx.facts.is_data_source(source):
+                    return _Origin("next", self._resolve_iter(source))
+                return None
+            if isinstance(func, cst.Attribute) and func.attr.value == "pin_memory" and not value.args:
+                return _PINNED
+        if isinstance(value, (cst.Tuple, cst.List)):
+            for element in value.elements:
+                origin = self._origin_of(element.value)
+                if origin is not None:
+                    return origin
+            return None
+        return self._origin_of(value)
+
+    def _origin_of(self, expr: cst.BaseExpression) -> Optional[_Origin]:
+        """The batch origin of a Name/Attribute/Subscript chain (through view methods)."""
+        node = expr
+        while True:
+            if isinstance(node, cst.Subscript):
+                node = node.value
+            elif isinstance(node, cst.Attribute):
+                node = node.value
+            elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+                method = node.func.attr.value
+                if method == "pin_memory" and not node.args:
+                    return _PINNED
+                if method not in _VIEW_METHODS:
+                    return None
+                node = node.func.value
+            elif isinstance(node, cst.Name):
+                return self.derived.get(node.value)
+            else:
+                return None
+
+    def _resolve_iter(self, source: cst.BaseExpression) -> cst.BaseExpression:
+        """``data_iter`` assigned from ``iter(loader)`` -> ``loader``."""
+        value = self.ctx.value_of(dotted_name(source))
+        if isinstance(value, cst.Call) and last_name(value.func) == "iter" and value.args:
+            return value.args[0].value
+        return _unwrap_pass_through(source)
+
+    # -- the copies ---------------------------------------------------------------
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if not isinstance(func, cst.Attribute) or func.attr.value not in ("to", "cuda"):
+            return
+        if not self._copies_to_device(node):
+            return
+        origin = self._origin_of(func.value)
+        if origin is None:
+            return
+        if origin.kind == "loop" and not any(a is origin.loop_node for a in self.ctx.stack):
+            return  # after the loop: the last batch, once
+        if origin.kind == "next" and self.ctx.loop is None:
+            return  # one batch pulled before the loop
+        self.candidates.append((self.ctx.site(), node, origin))
+
+    def _copies_to_device(self, call: cst.Call) -> bool:
+        if any(arg.star for arg in call.args):
+            return False
+        if keyword(call, "non_blocking") is not None:
+            return False
+        positional = [arg.value for arg in call.args if arg.keyword is None]
+        if call.func.attr.value == "cuda":  # type: ignore[attr-defined]
+            return len(positional) <= 1
+        device = keyword(call, "device")
+        if device is not None:
+            return len(positional) == 0 and self._is_gpu_device(device.value)
+        if not positional or len(positional) > 2:
+            return False
+        if len(positional) == 2 and _is_bool_literal(positional[1]):
+            return False  # .to(device, True): positional non_blocking
+        return self._is_gpu_device(positional[0])
+
+    def _is_gpu_device(self, expr: cst.BaseExpression, depth: int = 0) -> bool:
+        if isinstance(expr, cst.SimpleString):
+            value = expr.evaluated_value
+            return isinstance(value, str) and value.startswith(("cuda", "xpu"))
+        if isinstance(expr, cst.Integer):
+            return True  # a CUDA ordinal
+        if isinstance(expr, cst.Call):
+            qname = self.ctx.qualified_name(expr.func)
+            if qname == "torch.device" and expr.args:
+                return self._is_gpu_device(expr.args[0].value, depth + 1)
+            return False
+        if isinstance(expr, (cst.Name, cst.Attribute)):
+            qname = self.ctx.qualified_name(expr)
+            if qname is not None and qname.startswith("torch."):
+                return False  # torch.float16 and friends: a dtype
+            value = self.ctx.value_of(dotted_name(expr))
+            if value is not None and depth < 3 and not (isinstance(value, cst.Name) and value.value == "__unpacked__"):
+                if isinstance(value, (cst.SimpleString, cst.Call)):
+                    return self._is_gpu_device(value, depth + 1)
+            name = last_name(expr) or ""
+            return bool(_DEVICE_NAME.search(name))
+        return False
+
+    # -- deciding -------------------------------------------------------------------
+    def finish(self) -> None:
+        for site, call, origin in self.candidates:
+            pinned, where = self._pinned(origin)
+            if pinned is False:
+                continue
+            what = f"`.{call.func.attr.value}()`"  # type: ignore[attr-defined]
+            if pinned:
+                message = (
+                    f"{what} copies pinned batch data ({where}) to the GPU without `non_blocking=True`, "
+                    "so the host blocks on every copy"
+                )
+                applicability = SAFE
+            elif self.opts.get("assume-pinned"):
+                message = (
+                    f"{what} copies batch data to the GPU without `non_blocking=True`; the batch source is not "
+                    "visible here, and `non_blocking` only helps if it is in pinned memory (`DataLoader(pin_memory=True)`)"
+                )
+                applicability = UNSAFE
+            else:
+                continue
+            fix = self.ctx.fix(applicability, "Add `non_blocking=True`", _add_non_blocking(self.ctx, call))
+            self.report(call, message, fix)
+
+    def _pinned(self, origin: _Origin) -> Tuple[Optional[bool], str]:
+        if origin.kind == "pinned":
+            return True, "a `.pin_memory()` tensor"
+        if origin.source is None:
+            return None, ""
+        loader = self.ctx.facts.loader_for(origin.source)
+        if loader is None:
+            return None, ""
+        if loader.pinned is None and self._pinned_when_on_cuda(loader):
+            return True, "a DataLoader with `pin_memory` on whenever CUDA is"
+        if loader.pinned:
+            return True, "a DataLoader with `pin_memory=True`"
+        return loader.pinned, ""
+
+    def _pinned_when_on_cuda(self, loader: LoaderInfo) -> bool:
+        """``pin_memory=torch.cuda.is_available()`` / ``pin_memory=use_cuda``: pinned
+        whenever a copy to CUDA can happen at all."""
+        arg = keyword(loader.call, "pin_memory")
+        if arg is None:
+            return False
+        if contains_call_to(self.ctx, arg.value, CUDA_AVAILABILITY):
+            return True
+        name = last_name(arg.value) if isinstance(arg.value, (cst.Name, cst.Attribute)) else None
+        return bool(name and re.search(r"(?i)cuda|gpu", name))
+
+
+def _add_non_blocking(ctx, call: cst.Call):
+    if call.args:
+        last = call.args[-1]
+        return ctx.replace(last.value, f"{ctx.code_for(last.value)}, non_blocking=True")
+    return ctx.replace(call, call.with_changes(args=[cst.Arg(keyword=cst.Name("non_blocking"), value=cst.Name("True"), equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")))]))
+
+
+def _target_names(target: cst.BaseExpression) -> List[str]:
+    if isinstance(target, cst.Name):
+        return [target.value]
+    if isinstance(target, (cst.Tuple, cst.List)):
+        names: List[str] = []
+        for element in target.elements:
+            names.extend(_target_names(element.value))
+        return names
+    if isinstance(target, cst.StarredElement):
+        return _target_names(target.value)
+    return []
+
+
+def _unwrap_pass_through(node: cst.BaseExpression) -> cst.BaseExpression:
+    while isinstance(node, cst.Call) and last_name(node.func) in ("enumerate", "tqdm", "iter", "islice", "progress", "track") and node.args:
+        node = node.args[0].value
+    return node
+
+
+def _is_bool_literal(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.Name) and node.value in ("True", "False")
