@@ -84,9 +84,16 @@ class FileContext:
 
     @staticmethod
     def replace(node: cst.CSTNode, new: Any) -> Edit:
-        """An edit replacing ``node`` with ``new`` (a node or source text)."""
-        content = new if isinstance(new, str) else cst.Module(body=[]).code_for_node(new)
-        return Edit(content=content, node=node)
+        """An edit replacing ``node`` with ``new`` (a node or source text).
+
+        A node's position excludes its own parentheses, which stay in the
+        text; so the replacement's parentheses are dropped when the old node
+        had some (rules usually build ``new`` with ``node.with_changes``)."""
+        if not isinstance(new, str):
+            if getattr(node, "lpar", None) and getattr(new, "lpar", None):
+                new = new.with_changes(lpar=[], rpar=[])
+            new = cst.Module(body=[]).code_for_node(new)
+        return Edit(content=new, node=node)
 
     @staticmethod
     def insert_line_before(node: cst.CSTNode, line: str) -> Edit:

@@ -107,7 +107,8 @@ def parse_per_file_ignores(entries: Dict[str, List[str]], root: str, rules: Dict
     result = []
     for pattern, codes in entries.items():
         negated = pattern.startswith("!")
-        result.append(PerFileIgnore(pattern[1:] if negated else pattern, tuple(normalize(codes, rules)), negated, root))
+        codes = tuple(sorted(expand(normalize(codes, rules), rules)))
+        result.append(PerFileIgnore(pattern[1:] if negated else pattern, codes, negated, root))
     return result
 
 

@@ -29,8 +29,11 @@ class SourceFile:
 def decode(data: bytes) -> SourceFile:
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-    except SyntaxError as exc:  # unknown or conflicting coding cookie
-        raise DecodeError(str(exc)) from None
+    except SyntaxError as exc:  # bad bytes in the first lines, or a bad coding cookie
+        if "invalid or missing" in str(exc):
+            encoding = "utf-8"
+        else:
+            raise DecodeError(str(exc)) from None
     try:
         text = data.decode(encoding)
     except UnicodeDecodeError as exc:

@@ -1,0 +1,87 @@
+"""flake8 plugin: ``flake8 --select TL`` runs the same engine as ``torchlint``.
+
+flake8 picks the plugin type from ``__init__``'s parameter names: ``tree``
+makes it a once-per-file plugin, so it is accepted and ignored; ``lines`` is
+joined and parsed once with libcst. flake8 owns selection and ``noqa``
+(prefix-matched, unlike torchlint's exact codes), and never reads
+pyproject.toml, so rule options come through flake8's own options.
+Columns handed to flake8 are 0-based; it adds 1 when printing.
+"""
+from __future__ import annotations
+
+import ast
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Type
+
+from torchlint import __version__
+from torchlint.config import parse_version
+from torchlint.linter import FileOptions, lint_text
+from torchlint.registry import all_rules
+
+
+def _parse_rule_options(entries: Sequence[str]) -> Dict[str, Dict[str, Any]]:
+    """``TL201.assume-pinned=true`` -> {"TL201": {"assume-pinned": True}}."""
+    rules = all_rules()
+    result: Dict[str, Dict[str, Any]] = {}
+    for entry in entries:
+        key, sep, raw = entry.partition("=")
+        code, dot, name = key.strip().partition(".")
+        code = code.upper()
+        if not sep or not dot or code not in rules or name not in rules[code].options:
+            raise ValueError(f"--torchlint-rule-option: expected CODE.option=value for a known option, got {entry!r}")
+        kind = rules[code].options[name].type
+        value: Any = raw.strip()
+        if kind is bool:
+            value = value.lower() in ("1", "true", "yes", "on")
+        elif kind is int:
+            value = int(value)
+        result.setdefault(code, {})[name] = value
+    return result
+
+
+class TorchlintChecker:
+    name = "torchlint"
+    version = __version__
+    options = FileOptions(rules=[], ignore_noqa=True)
+
+    def __init__(self, tree: ast.AST, lines: List[str], filename: str = "(none)") -> None:
+        self.lines = lines
+        self.filename = filename
+
+    @classmethod
+    def add_options(cls, option_manager: Any) -> None:
+        option_manager.add_option(
+            "--torchlint-target-torch",
+            default=None,
+            parse_from_config=True,
+            help='PyTorch version the code targets, e.g. "1.13" (torchlint\'s target-torch)',
+        )
+        option_manager.add_option(
+            "--torchlint-rule-option",
+            default=[],
+            parse_from_config=True,
+            comma_separated_list=True,
+            help="torchlint rule options as CODE.option=value, e.g. TL201.assume-pinned=true",
+        )
+        opt_in = [code for code, rule in all_rules().items() if not rule.default_enabled]
+        if opt_in:
+            option_manager.extend_default_ignore(opt_in)
+
+    @classmethod
+    def parse_options(cls, options: Any) -> None:
+        target = getattr(options, "torchlint_target_torch", None)
+        entries = getattr(options, "torchlint_rule_option", None) or []
+        cls.options = FileOptions(
+            rules=list(all_rules().values()),
+            rule_options=_parse_rule_options(entries),
+            target_torch=parse_version(target) if target else None,
+            ignore_noqa=True,
+        )
+
+    def run(self) -> Iterator[Tuple[int, int, str, Type["TorchlintChecker"]]]:
+        options = self.options if self.options.rules else FileOptions(rules=list(all_rules().values()), ignore_noqa=True)
+        output = lint_text("".join(self.lines), self.filename, options)
+        for d in output.diagnostics:
+            yield d.row, d.column - 1, f"{d.code} {d.message}", type(self)
+        for error in output.errors:
+            # An exception would abort flake8's whole run: report it as a finding.
+            yield 1, 0, f"TL000 internal error in rule {error.rule}; please report it", type(self)
