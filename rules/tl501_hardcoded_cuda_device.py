@@ -1,0 +1,521 @@
+from __future__ import annotations
+
+import re
+from typing import List, Optional, Set, Tuple
+
+import libcst as cst
+
+from torchlint.analysis import Site, iter_subtree
+from torchlint.names import dotted_name, last_name
+from torchlint.rule import DISPLAY_ONLY, SAFE, Fix, Invalid, Rule, Valid
+
+_CUDA_LITERAL = re.compile(r"^cuda(:\d+)?$")
+# Names of variables and parameters that hold a device.
+_DEVICE_NAME = re.compile(r"(?i)^(device|dev|_device|\w+_device)$")
+# Keywords whose value is a device (not a device *type*).
+_DEVICE_KEYWORDS = frozenset({"device", "map_location"})
+# APIs that take a device type, or are CUDA's own API: their arguments are not
+# a hardcoded placement.
+_EXEMPT_CALLEES = (
+    "torch.cuda.",
+    "torch.backends.",
+    "torch.autocast",
+    "torch.amp.",
+    "torch.cpu.amp.",
+    "torch.GradScaler",
+    "torch.distributed.fsdp.sharded_grad_scaler.",
+    "torch.utils.cpp_extension.",
+    "torch.utils.benchmark.",
+)
+# An ``if`` testing something like this chooses between devices: both
+# branches exist on purpose (``if args.cuda:``, ``if device == "cpu":``).
+_DEVICE_CHOICE = re.compile(r"(?i)(cuda|gpu|cpu|mps|xla|tpu|device|accelerat|hpu|npu|xpu)")
+# A decorator or function name saying "this needs CUDA": CUDA-only by design.
+_CUDA_ONLY = re.compile(r"(?i)(cuda|gpu)")
+
+
+def is_cuda_literal(node: cst.CSTNode) -> bool:
+    if isinstance(node, cst.SimpleString):
+        value = node.evaluated_value
+        return isinstance(value, str) and bool(_CUDA_LITERAL.match(value))
+    return False
+
+
+class HardcodedCudaDevice(Rule):
+    """## What it does
+    Flags `.cuda()` calls on tensors and modules, and `"cuda"` / `"cuda:N"`
+    string literals used as a device: `device="cuda"` and
+    `map_location="cuda"` arguments, `torch.device("cuda:0")`, `.to("cuda")`,
+    parameter defaults such as `def run(device="cuda")`, and assignments
+    such as `device = "cuda"`.
+
+    It stays silent where the code already chooses a device or CUDA is
+    known to be there:
+    - under a `torch.cuda.is_available()` / `device_count()` guard (an `if`,
+      a conditional expression, `and`, or an early
+      `if not torch.cuda.is_available(): raise/return/exit` or
+      `assert torch.cuda.is_available()` in the function or module);
+    - in the usual `device = "cuda" if torch.cuda.is_available() else "cpu"`
+      idiom and any conditional expression that picks between devices;
+    - in a branch of an `if` whose test is about the device (`if args.cuda:`,
+      `if use_gpu:`, `if device == "cpu":`);
+    - in device-type comparisons (`x.device.type == "cuda"`) and other
+      strings that are not used as a device;
+    - in device-*type* arguments (`torch.autocast("cuda", …)`,
+      `torch.amp.GradScaler("cuda")`, `device_type="cuda"`) and arguments of
+      `torch.cuda.*` calls themselves;
+    - in code that is CUDA-only by design: functions or classes whose
+      decorator mentions CUDA or a GPU (`@unittest.skipIf(not TEST_CUDA, …)`,
+      `@pytest.mark.skipif(not torch.cuda.is_available(), …)`,
+      `@requires_cuda`, `@onlyCUDA`), functions whose name mentions CUDA or
+      GPU (`def _forward_cuda`), and files whose path mentions CUDA
+      (`ops/cuda/`, `kernels_cuda.py`).
+
+    `.cuda(i)` with a variable index (`.cuda(args.gpu)`, `.cuda(local_rank)`)
+    is not flagged: the author placed the value on a chosen GPU, as
+    distributed launchers do.
+
+    ## Why is this bad?
+    A hardcoded CUDA device makes the code crash with "Torch not compiled
+    with CUDA enabled" or "no CUDA GPUs are available" on a laptop, a CPU CI
+    runner, Apple silicon (`mps`) or another accelerator, and `"cuda:0"`
+    silently piles every process of a multi-GPU job onto the first GPU.
+    Choosing the device once and passing it down (`x.to(device)`) keeps the
+    code portable and testable on CPU.
+
+    ## Known problems
+    Scripts that are CUDA-only by design (custom CUDA kernels, NCCL-only
+    distributed jobs, GPU benchmarks) get findings unless they say so:
+    assert it once at the top (`assert torch.cuda.is_available()`, or
+    `if not torch.cuda.is_available(): sys.exit(...)`), which silences the
+    whole module; or mark the function with a CUDA-requiring decorator; or
+    put `# torchlint: noqa: TL501` at the top of the file; or turn the rule
+    off for those paths with `per-file-ignores`. f-strings such as
+    `f"cuda:{rank}"` are not flagged.
+
+    ## Example
+    ```python
+    import torch
+
+    def train(model, loader):
+        model = model.cuda()
+        for x, y in loader:
+            x, y = x.to("cuda"), y.to("cuda")
+    ```
+
+    Use instead:
+    ```python
+    import torch
+
+    def train(model, loader, device):
+        model = model.to(device)
+        for x, y in loader:
+            x, y = x.to(device), y.to(device)
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    ```
+
+    ## Fix safety
+    When exactly one device variable is in scope, the fix rewrites `.cuda()`
+    as `.to(device)` and a `"cuda"` literal argument as that variable, and it
+    is safe. "In scope" means: parameters of the enclosing function named
+    `device`, `dev` or `*_device`, and names assigned earlier in that
+    function that are named so or hold a `torch.device(...)`; if the function
+    has none, such names assigned earlier at module level. The fix then uses
+    the device the code chose for itself; on a CUDA machine running with that
+    device set to CUDA, the behaviour is the same. `.cuda(0)` (a literal
+    index) and every case with zero or several candidate variables get a
+    display-only suggestion. Parameter defaults and assignments have no fix:
+    the choice of a default belongs to the author.
+
+    ## References
+    - [CUDA semantics: best practices, device-agnostic code](https://pytorch.org/docs/stable/notes/cuda.html#device-agnostic-code)
+    - [`torch.device`](https://pytorch.org/docs/stable/tensor_attributes.html#torch-device)
+    - [`torch.Tensor.to`](https://pytorch.org/docs/stable/generated/torch.Tensor.to.html)
+    """
+
+    code = "TL501"
+    name = "hardcoded-cuda-device"
+    summary = "A `.cuda()` call or a `\"cuda\"` device literal ties code to CUDA"
+    fix_availability = "sometimes"
+    requires_any = ("cuda",)
+
+    VALID = [
+        Valid("""
+            import torch
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+            model.to(device)
+        """),
+        Valid("""
+            import torch
+            device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+        """),
+        Valid("""
+            import torch
+            if torch.cuda.is_available():
+                model = model.cuda()
+                x = x.to("cuda")
+        """),
+        Valid("""
+            def step(x):
+                if x.device.type == "cuda":
+                    return x
+                return x.to(x.device)
+        """),
+        Valid("""
+            import torch
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                out = model(x)
+            scaler = torch.amp.GradScaler("cuda")
+        """),
+        Valid("""
+            import torch
+            with torch.autocast(device_type="cuda"):
+                out = model(x)
+            torch.cuda.set_device("cuda:0")
+            free = torch.cuda.mem_get_info("cuda:0")
+        """),
+        Valid("""
+            import torch
+            if not torch.cuda.is_available():
+                raise SystemExit("this benchmark needs a GPU")
+            x = torch.randn(10, device="cuda")
+            model.cuda()
+        """),
+        Valid("""
+            import torch
+            def main(args):
+                if args.cuda:
+                    model.cuda()
+                device = "cuda" if args.gpu else "cpu"
+        """),
+        Valid("""
+            import torch, unittest
+            TEST_CUDA = torch.cuda.is_available()
+            class T(unittest.TestCase):
+                @unittest.skipIf(not TEST_CUDA, "needs CUDA")
+                def test_kernel(self):
+                    x = torch.ones(3, device="cuda")
+                    self.assertEqual(x.cuda().sum().item(), 3)
+        """),
+        Valid("""
+            def log(backend):
+                print("cuda")
+                stats = {"cuda": 0}
+                return backend == "cuda"
+        """),
+        Valid("""
+            import torch
+            def to_rank(x, local_rank):
+                return x.cuda(local_rank)
+        """),
+        Valid("""
+            import torch
+            use_cuda = torch.cuda.is_available()
+            model = model.cuda() if use_cuda else model
+            x = x.cuda() if use_cuda else x
+        """),
+        Valid("""
+            def _forward_cuda(x):
+                return kernel(x.cuda())
+        """),
+        Valid("""
+            f = f"cuda:{rank}"
+            y = x.to(f"cuda:{rank}")
+        """),
+    ]
+
+    INVALID = [
+        Invalid(
+            """
+            def evaluate(model, x, device):
+                model = model.cuda()
+                return model(x)
+            """,
+            fixed="""
+            def evaluate(model, x, device):
+                model = model.to(device)
+                return model(x)
+            """,
+            line=2,
+            message="`.cuda()`",
+        ),
+        Invalid(
+            """
+            import torch
+            device = torch.device("cuda:0")
+            """,
+            message='"cuda:0"',
+        ),
+        Invalid(
+            """
+            x = torch.zeros(3, device="cuda")
+            y = w.to("cuda:1")
+            """,
+            count=2,
+        ),
+        Invalid(
+            """
+            def run(model, device="cuda"):
+                return model.to(device)
+            """,
+            message="default",
+        ),
+        # no device variable: display-only
+        Invalid(
+            """
+            model = Net().cuda()
+            """,
+            fixed=None,
+        ),
+        # two device variables: ambiguous, display-only
+        Invalid(
+            """
+            def copy(x, src_device, dst_device):
+                return x.cuda()
+            """,
+            fixed=None,
+        ),
+        # a local assigned from torch.device(...) counts
+        Invalid(
+            """
+            import torch
+            def main(args):
+                dev = torch.device(args.device)
+                batch = batch.cuda(non_blocking=True)
+            """,
+            fixed="""
+            import torch
+            def main(args):
+                dev = torch.device(args.device)
+                batch = batch.to(dev, non_blocking=True)
+            """,
+        ),
+        # a device literal in .to() replaced by the one device variable
+        Invalid(
+            """
+            def predict(model, x, device):
+                return model(x.to("cuda"))
+            """,
+            fixed="""
+            def predict(model, x, device):
+                return model(x.to(device))
+            """,
+        ),
+        # torch.load(map_location="cuda"), import alias
+        Invalid(
+            """
+            import torch as T
+            state = T.load(path, map_location="cuda")
+            """,
+        ),
+        # the module-level device variable is in scope inside a function without one
+        Invalid(
+            """
+            import torch
+            DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            def load(model):
+                return model.cuda()
+            """,
+            fixed="""
+            import torch
+            DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            def load(model):
+                return model.to(DEVICE)
+            """,
+        ),
+        # .cuda(0): a literal index, display-only
+        Invalid(
+            """
+            def go(x, device):
+                return x.cuda(0)
+            """,
+            fixed=None,
+        ),
+        # an assignment of a bare literal
+        Invalid(
+            """
+            DEVICE = "cuda"
+            """,
+            message="`DEVICE = ",
+        ),
+        # a test about something else is no device choice
+        Invalid(
+            """
+            def setup(model, distributed):
+                if distributed:
+                    model = model.cuda()
+                return model
+            """,
+        ),
+    ]
+
+    def __init__(self, ctx, options) -> None:
+        super().__init__(ctx, options)
+        self.candidates: List[Tuple[Site, cst.CSTNode, str, Optional[Fix]]] = []
+        self.module_devices: List[str] = []
+        path = ctx.path.replace("\\", "/").lower()
+        self.cuda_only_file = any(_CUDA_ONLY.search(part) for part in path.split("/")[-3:])
+
+    # -- walk ------------------------------------------------------------------
+    def visit_Call(self, node: cst.Call) -> None:
+        if self.cuda_only_file:
+            return
+        func = node.func
+        qname = self.ctx.qualified_name(func) or ""
+        if qname.startswith(_EXEMPT_CALLEES):
+            return
+        if isinstance(func, cst.Attribute) and func.attr.value == "cuda":
+            self._cuda_call(node, func)
+            return
+        if qname == "torch.device" and node.args and node.args[0].keyword is None and is_cuda_literal(node.args[0].value):
+            self._literal(node.args[0].value, f"`torch.device({node.args[0].value.value})` hardcodes a CUDA device", fixable=True)
+            return
+        if isinstance(func, cst.Attribute) and func.attr.value == "to" and node.args:
+            first = node.args[0]
+            if first.keyword is None and is_cuda_literal(first.value):
+                self._literal(first.value, f"`.to({first.value.value})` hardcodes a CUDA device", fixable=True)
+                return
+        for arg in node.args:
+            if arg.keyword is not None and arg.keyword.value in _DEVICE_KEYWORDS and is_cuda_literal(arg.value):
+                self._literal(arg.value, f"`{arg.keyword.value}={arg.value.value}` hardcodes a CUDA device", fixable=True)
+
+    def visit_Param(self, node: cst.Param) -> None:
+        if self.cuda_only_file or node.default is None or not is_cuda_literal(node.default):
+            return
+        if _DEVICE_NAME.match(node.name.value):
+            self._literal(
+                node.default,
+                f"the default `{node.name.value}={node.default.value}` hardcodes a CUDA device; default to None and pick an available device",
+                fixable=False,
+            )
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if len(node.targets) == 1:
+            target = node.targets[0].target
+            if isinstance(target, cst.Name) and self.ctx.function is None and self._holds_device(target.value, node.value):
+                self.module_devices.append(target.value)
+            if not self.cuda_only_file and is_cuda_literal(node.value):
+                name = last_name(target)
+                if name and _DEVICE_NAME.match(name):
+                    self._literal(node.value, f"`{dotted_name(target) or name} = {node.value.value}` hardcodes a CUDA device", fixable=False)
+
+    def _holds_device(self, name: str, value: Optional[cst.CSTNode]) -> bool:
+        if _DEVICE_NAME.match(name):
+            return True
+        return isinstance(value, cst.Call) and self.ctx.qualified_name(value.func) == "torch.device"
+
+    def _cuda_call(self, node: cst.Call, func: cst.Attribute) -> None:
+        receiver_qname = self.ctx.qualified_name(func.value)
+        if receiver_qname is not None and (receiver_qname == "torch" or receiver_qname.startswith("torch.")):
+            return  # torch.Tensor.cuda(x), torch.nn.Module.cuda(self): API plumbing
+        positional = [a for a in node.args if a.keyword is None and a.star == ""]
+        keywords = [a for a in node.args if a.keyword is not None]
+        if any(a.star for a in node.args):
+            return
+        if positional and not isinstance(positional[0].value, cst.Integer):
+            return  # .cuda(local_rank): a device the author chose
+        if any(a.keyword.value == "device" and not isinstance(a.value, cst.Integer) for a in keywords):
+            return
+        device = self._device_in_scope()
+        literal_index = bool(positional) or any(a.keyword.value == "device" for a in keywords)
+        extra = [a for a in keywords if a.keyword.value != "device"]
+        target = device or "device"
+        args = ", ".join([target] + [self.ctx.code_for(a.with_changes(comma=cst.MaybeSentinel.DEFAULT)) for a in extra])
+        replacement = func.with_changes(attr=cst.Name("to"))
+        new_text = f"{self.ctx.code_for(replacement)}({args})"
+        safe = device is not None and not literal_index
+        fix = self.ctx.fix(
+            SAFE if safe else DISPLAY_ONLY,
+            f"Replace `.cuda()` with `.to({target})`" + ("" if device else " and pass the device in"),
+            self.ctx.replace(node, new_text),
+        )
+        message = "`.cuda()` hardcodes the CUDA device, so this code fails on machines without one; move it with `.to(device)`"
+        self._add(node, message, fix)
+
+    def _literal(self, node: cst.SimpleString, message: str, fixable: bool) -> None:
+        fix = None
+        if fixable:
+            device = self._device_in_scope()
+            if device is not None and not self._defines(device):
+                fix = self.ctx.fix(SAFE, f"Use the device variable `{device}`", self.ctx.replace(node, device))
+            else:
+                fix = self.ctx.fix(DISPLAY_ONLY, "Pass a device variable instead of the literal", self.ctx.replace(node, device or "device"))
+        if not message.startswith("the default"):
+            message += ", so this code fails on machines without one; use a device chosen once and passed in"
+        self._add(node, message, fix)
+
+    def _defines(self, device: str) -> bool:
+        """Is the current statement the assignment of ``device`` itself?"""
+        for node in reversed(self.ctx.stack):
+            if isinstance(node, cst.Assign):
+                return any(dotted_name(t.target) == device for t in node.targets)
+            if isinstance(node, (cst.BaseCompoundStatement, cst.SimpleStatementLine)):
+                return False
+        return False
+
+    def _device_in_scope(self) -> Optional[str]:
+        """The one device variable visible here, or None (none, or several)."""
+        names: Set[str] = set()
+        function = self.ctx.function
+        if function is not None:
+            params = function.node.params
+            for param in (*params.posonly_params, *params.params, *params.kwonly_params):
+                if _DEVICE_NAME.match(param.name.value) and not (param.default is not None and is_cuda_literal(param.default)):
+                    names.add(param.name.value)
+            for name, value in self.ctx.values.items():
+                if "." not in name and self._holds_device(name, value) and not is_cuda_literal(value):
+                    names.add(name)
+        else:
+            for name, value in self.ctx.values.items():
+                if "." not in name and self._holds_device(name, value) and not is_cuda_literal(value):
+                    names.add(name)
+        if not names and function is not None:
+            names = set(self.module_devices)
+        return next(iter(names)) if len(names) == 1 else None
+
+    def _add(self, node: cst.CSTNode, message: str, fix: Optional[Fix]) -> None:
+        site = self.ctx.site()
+        if site.node is not node:
+            site = Site(self.ctx, site.stack + (node,), site.function, site.loop)
+        self.candidates.append((site, node, message, fix))
+
+    # -- decide ------------------------------------------------------------------
+    def finish(self) -> None:
+        for site, node, message, fix in self.candidates:
+            if site.under_cuda_guard() or self._device_chosen(site) or self._cuda_only_by_design(site):
+                continue
+            self.report(node, message, fix)
+
+    def _device_chosen(self, site: Site) -> bool:
+        for ancestor, child in site.ancestors():
+            if isinstance(ancestor, cst.IfExp) and child is not ancestor.test:
+                return True
+            if isinstance(ancestor, cst.If) and child is not ancestor.test and _mentions_device(ancestor.test):
+                return True
+            if isinstance(ancestor, cst.Comparison):
+                return True
+        return False
+
+    def _cuda_only_by_design(self, site: Site) -> bool:
+        for ancestor, _ in site.ancestors():
+            if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
+                if isinstance(ancestor, cst.FunctionDef) and _CUDA_ONLY.search(ancestor.name.value):
+                    return True
+                for decorator in ancestor.decorators:
+                    if _mentions(decorator.decorator, _CUDA_ONLY):
+                        return True
+        return False
+
+
+def _mentions(node: cst.CSTNode, pattern: re.Pattern) -> bool:
+    for sub in iter_subtree(node):
+        if isinstance(sub, cst.Name) and pattern.search(sub.value):
+            return True
+        if isinstance(sub, cst.SimpleString) and pattern.search(sub.value):
+            return True
+    return False
+
+
+def _mentions_device(test: cst.BaseExpression) -> bool:
+    return _mentions(test, _DEVICE_CHOICE)
