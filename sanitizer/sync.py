@@ -120,6 +120,7 @@ def is_silenced_by_noqa(source_line: str, rule: Optional[str]) -> bool:
 _UNWRAPPED_PATTERNS = [
     ("nonzero", re.compile(r"\b(?:masked_select|argwhere|where)\s*\(")),
     ("mask-index", re.compile(r"\w[\w\)\]]*\s*\[[^\]]")),
+    ("cpu", re.compile(r"\.to\s*\(\s*(?:device\s*=\s*)?(?:torch\.device\s*\()?['\"]cpu")),
     ("copy", re.compile(r"\b(?:tensor|as_tensor|from_numpy)\s*\(|\.(?:to|cuda|copy_)\s*\(")),
 ]
 _WRAPPED_PATTERNS = [

@@ -1,0 +1,125 @@
+"""User-frame attribution: which files are user code, and which frame is the site."""
+import os
+import sys
+import sysconfig
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torchlint.sanitizer import frames  # noqa: E402
+from san_sync_helpers import install_fake_library, line_of, write_user_module  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def fresh_frames():
+    frames.reset()
+    yield
+    frames.reset()
+
+
+def test_library_stdlib_torchlint_and_pseudo_files_are_not_user_code():
+    assert not frames.is_user_file(torch.__file__)
+    assert not frames.is_user_file(os.__file__)
+    assert not frames.is_user_file(frames.__file__)
+    assert not frames.is_user_file(pytest.__file__)
+    assert not frames.is_user_file("<string>")
+    assert not frames.is_user_file("<frozen importlib._bootstrap>")
+
+
+def test_files_under_a_root_and_elsewhere_are_user_code(tmp_path):
+    frames.add_user_root(str(tmp_path))
+    assert frames.is_user_file(str(tmp_path / "train.py"))
+    assert frames.is_user_file("/some/other/place/script.py")
+    assert frames.origin_of(str(tmp_path / "train.py")) == frames.USER
+
+
+def test_installed_package_under_test_stays_user_code(tmp_path):
+    project = tmp_path / "project"
+    (project / "src" / "mymodel").mkdir(parents=True)
+    (project / "src" / "mymodel" / "__init__.py").write_text("")
+    installed = tmp_path / "venv" / "lib" / "python3.11" / "site-packages"
+    assert not frames.is_user_file(str(installed / "mymodel" / "layers.py"))
+    frames.add_user_root(str(project))
+    assert frames.is_user_file(str(installed / "mymodel" / "layers.py"))
+    assert not frames.is_user_file(str(installed / "numpy" / "core.py"))
+    assert not frames.is_user_file(str(installed / "torch" / "nn" / "modules" / "linear.py"))
+
+
+def test_venv_inside_the_project_is_not_user_code(tmp_path):
+    frames.add_user_root(str(tmp_path))
+    assert not frames.is_user_file(str(tmp_path / ".venv" / "lib" / "python3.11" / "site-packages" / "requests" / "api.py"))
+
+
+def test_add_user_package_counts_an_installed_package():
+    path = os.path.join(sysconfig.get_paths()["purelib"], "somepkg", "mod.py")
+    assert not frames.is_user_file(path)
+    frames.add_user_package("somepkg.sub")
+    assert frames.is_user_file(path)
+
+
+def test_user_stack_skips_library_frames(tmp_path):
+    lib = install_fake_library(tmp_path)
+    model = write_user_module(tmp_path, "model_a", """
+        import fakecuda
+        from torchlint.sanitizer.frames import user_stack
+
+        def forward():
+            return fakecuda.call(user_stack)  # FORWARD
+    """)
+    stack = model.forward()
+    assert stack[0].file == model.__file__
+    assert stack[0].line == line_of(model.__file__, "# FORWARD")
+    assert stack[0].function == "forward"
+    assert all(frames.is_user_file(f.file) for f in stack)
+    assert stack[1].file == __file__  # this test called forward()
+    assert not any(f.file == lib.__file__ for f in stack)
+
+
+def test_limit_and_innermost_first(tmp_path):
+    model = write_user_module(tmp_path, "model_b", """
+        from torchlint.sanitizer.frames import user_stack
+
+        def a():
+            return b()
+
+        def b():
+            return user_stack(limit=2)
+    """)
+    stack = model.a()
+    assert [f.function for f in stack] == ["b", "a"]
+
+
+def test_test_frames_are_skipped_when_code_under_test_is_on_the_stack(tmp_path):
+    model = write_user_module(tmp_path, "trainer_c", """
+        def fit(loss_fn):
+            return loss_fn()  # FIT
+    """)
+    from torchlint.sanitizer.frames import user_stack
+
+    def loss_fn():
+        return user_stack()  # a callback written in the test
+
+    stack = model.fit(loss_fn)
+    assert stack[0].file == model.__file__ and stack[0].line == line_of(model.__file__, "# FIT")
+    assert stack[1].file == __file__  # the test stays in the stack, outside the site
+
+
+def test_a_sync_written_in_a_test_is_attributed_to_the_test():
+    stack = frames.user_stack(); here = sys._getframe().f_lineno
+    assert stack[0].file == __file__ and stack[0].line == here
+
+
+def test_raw_user_stack_reports_library_frame_and_internal(tmp_path):
+    lib = install_fake_library(tmp_path, "fakecuda_raw")
+    user, library, internal = lib.call(frames.raw_user_stack)
+    assert library is not None and library[0] == lib.__file__ and library[2] == "call"
+    assert user[0][0] == __file__
+    assert internal is False
+
+
+def test_test_file_patterns_follow_pytest_config():
+    assert frames.is_test_file("/x/test_model.py") and frames.is_test_file("/x/model_test.py")
+    assert frames.is_test_file("/x/conftest.py") and not frames.is_test_file("/x/model.py")
+    frames.set_test_file_patterns(["check_*.py"])
+    assert frames.is_test_file("/x/check_model.py") and not frames.is_test_file("/x/test_model.py")

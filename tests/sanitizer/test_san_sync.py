@@ -1,0 +1,305 @@
+"""The sync check on CPU: the warning hook, classification, counting, steps, allowlist,
+and restoring every global. Syncs are simulated by raising torch's warning from
+library code, which is exactly what the hook sees on a GPU."""
+import threading
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torchlint.sanitizer import allow_sync, frames, sanitize  # noqa: E402
+from torchlint.sanitizer.sync import KINDS, SyncCheck, classify, is_silenced_by_noqa, noqa_codes  # noqa: E402
+from san_sync_helpers import SYNC_TEXT, install_fake_library, line_of, write_user_module  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def fresh_frames():
+    frames.reset()
+    yield
+    frames.reset()
+
+
+@pytest.fixture
+def lib(tmp_path):
+    return install_fake_library(tmp_path)
+
+
+def _by_kind(session):
+    return {f.details["sync_kind"]: f for f in session.findings}
+
+
+# --- classification ---------------------------------------------------------
+
+@pytest.mark.parametrize("line, kind", [
+    ("    loss_value = loss.item()", "item"),
+    ("    ids = logits.argmax(-1).tolist()", "tolist"),
+    ("    host = out.cpu()", "cpu"),
+    ("    host = out.to('cpu')", "cpu"),
+    ("    arr = out.detach().cpu().numpy()", "numpy"),
+    ("    if loss > 0:", "bool"),
+    ("    assert torch.isfinite(x).all()", "bool"),
+    ("    print(loss)", "format"),
+    ('    logger.info(f"loss {loss:.3f}")', "format"),
+    ("    idx = mask.nonzero()", "nonzero"),
+    ("    rows, cols = torch.where(mask)", "nonzero"),
+    ("    picked = torch.masked_select(x, mask)", "nonzero"),
+    ("    y = x[mask]", "mask-index"),
+    ("    x[mask] = y", "mask-index"),
+    ("    vals = torch.unique(labels)", "unique"),
+    ("    torch.cuda.synchronize()", "synchronize"),
+    ("    done.synchronize()", "synchronize"),
+    ("    event.synchronize()", "event-sync"),
+    ("    torch.cuda.empty_cache()", "empty-cache"),
+    ("    t = torch.tensor(values, device='cuda')", "copy"),
+    ("    batch = batch.to(device)", "copy"),
+    ("    n = int(count)", "item"),
+    ("    run_model(x)", "other"),
+])
+def test_classify_from_the_user_line(line, kind):
+    assert classify(line) == kind
+
+
+@pytest.mark.parametrize("library, kind", [
+    (("/site-packages/torch/_tensor_str.py", 10, "_tensor_str"), "format"),
+    (("/site-packages/torch/_tensor.py", 10, "Tensor.__format__"), "format"),
+    (("/site-packages/torch/functional.py", 10, "_return_output"), "unique"),
+    (("/site-packages/torch/amp/grad_scaler.py", 10, "GradScaler._maybe_opt_step"), "item"),
+    (("/site-packages/torch/cuda/streams.py", 10, "Event.synchronize"), "event-sync"),
+])
+def test_classify_from_the_torch_frame(library, kind):
+    assert classify("    do_it(x)", library) == kind
+
+
+def test_every_kind_has_a_rule_label_and_hint():
+    assert set(KINDS) == {"item", "tolist", "cpu", "numpy", "bool", "format", "nonzero", "mask-index", "unique",
+                          "synchronize", "event-sync", "empty-cache", "pageable-copy", "copy", "other"}
+    rules = {kind: KINDS[kind][0] for kind in KINDS}
+    assert {rules[k] for k in ("item", "tolist", "cpu", "numpy", "bool", "format")} == {"TL101"}
+    assert rules["copy"] == rules["pageable-copy"] == "TL201"
+    assert rules["synchronize"] == rules["event-sync"] == "TL102"
+    assert {rules[k] for k in ("nonzero", "mask-index", "unique")} == {"TL103"}
+    assert rules["empty-cache"] == "TL303" and rules["other"] is None
+    assert all(KINDS[k][1] and KINDS[k][2] for k in KINDS)
+
+
+@pytest.mark.parametrize("line, codes", [
+    ("x.item()", None),
+    ("x.item()  # noqa", frozenset()),
+    ("x.item()  # NOQA TL101", frozenset()),  # no colon: a blanket, as in ruff and flake8
+    ("x.item()  # noqa: TL101", frozenset({"TL101"})),
+    ("x.item()  # noqa:TL101,TL201", frozenset({"TL101", "TL201"})),
+    ("x.item()  # noqa: tl101 TL102  # type: ignore", frozenset({"TL101", "TL102"})),
+])
+def test_noqa_codes(line, codes):
+    assert noqa_codes(line) == codes
+
+
+def test_noqa_silences_only_its_rule():
+    assert is_silenced_by_noqa("x.item()  # noqa: TL101", "TL101")
+    assert not is_silenced_by_noqa("x.item()  # noqa: TL201", "TL101")
+    assert is_silenced_by_noqa("x.item()  # noqa", None)
+    assert not is_silenced_by_noqa("x.item()  # noqa: TL101", None)
+
+
+# --- the hook and the site table ---------------------------------------------------
+
+def test_sync_is_attributed_to_the_user_line_and_classified(tmp_path, lib):
+    model = write_user_module(tmp_path, "model_s1", """
+        import fakecuda
+
+        def forward(x, mask):
+            return fakecuda.read_back(x)[mask]  # MASK
+    """)
+    with sanitize(checks={"sync"}) as session:
+        model.forward(torch.ones(3), torch.ones(3, dtype=torch.bool))
+    [finding] = session.findings
+    assert (finding.file, finding.line) == (model.__file__, line_of(model.__file__, "# MASK"))
+    assert finding.function == "forward" and finding.rule == "TL103"
+    assert finding.details["sync_kind"] == "mask-index"
+    assert finding.details["via"].endswith("read_back")
+    assert finding.stack[1].file == __file__
+
+
+def test_program_without_steps_reports_every_sync_with_counts(tmp_path, lib):
+    model = write_user_module(tmp_path, "model_s2", """
+        import fakecuda
+
+        def evaluate(x):
+            return fakecuda.read_back(x).item()  # ITEM
+    """)
+    with sanitize(checks={"sync"}, warmup_steps=2) as session:
+        for _ in range(5):
+            model.evaluate(torch.ones(1))
+    [finding] = session.findings
+    assert finding.count == 5 and finding.details["warmup_count"] == 0
+    assert finding.details["every_step"] is None and finding.details["per_step"] == 5
+    assert session.steps_summary() == {"completed": 0, "warmup": 0, "measured": 0, "source": "none"}
+
+
+def test_warmup_steps_are_left_out_and_every_step_is_flagged(tmp_path, lib):
+    model = write_user_module(tmp_path, "model_s3", """
+        import fakecuda
+
+        def train_step(x):
+            return fakecuda.read_back(x).item()  # ITEM
+
+        def log_sometimes(step, x):
+            if step % 3 == 0:
+                return fakecuda.read_back(x).tolist()  # LOG
+    """)
+    with sanitize(checks={"sync"}, warmup_steps=2) as session:
+        for step in range(8):
+            model.train_step(torch.ones(1))
+            model.log_sometimes(step, torch.ones(1))
+            session.step()
+    found = _by_kind(session)
+    item, log = found["item"], found["tolist"]
+    assert item.count == 6 and item.details["warmup_count"] == 2
+    assert item.details["steps"] == [2, 3, 4, 5, 6, 7] and item.details["every_step"] is True
+    assert item.details["per_step"] == 1.0 and item.severity == "warning"
+    assert log.details["steps"] == [3, 6] and log.details["every_step"] is False and log.count == 2
+    assert log.severity == "info"
+
+
+def test_short_program_is_never_all_warmup(tmp_path, lib):
+    model = write_user_module(tmp_path, "model_s4", """
+        import fakecuda
+
+        def train_step(x):
+            return fakecuda.read_back(x).item()  # ITEM
+    """)
+    with sanitize(checks={"sync"}, warmup_steps=5) as session:
+        for _ in range(2):
+            model.train_step(torch.ones(1))
+            session.step()
+    [finding] = session.findings
+    assert session.effective_warmup() == 1 and finding.count == 1 and finding.details["warmup_count"] == 1
+
+
+def test_optimizer_steps_are_found_automatically(tmp_path, lib):
+    model = write_user_module(tmp_path, "model_s5", """
+        import fakecuda
+
+        def train_step(x):
+            return fakecuda.read_back(x).item()  # ITEM
+    """)
+    param = torch.nn.Parameter(torch.ones(2))
+    optimizer = torch.optim.SGD([param], lr=0.1)
+    with sanitize(checks={"sync"}, warmup_steps=1) as session:
+        for _ in range(4):
+            model.train_step(torch.ones(1))
+            optimizer.step()
+    [finding] = session.findings
+    assert session.step_index == 4 and session.steps_summary()["source"] == "optimizer"
+    assert finding.count == 3 and finding.details["every_step"] is True
+
+
+def test_noqa_and_allow_sync_silence_sites(tmp_path, lib):
+    model = write_user_module(tmp_path, "model_s6", """
+        import fakecuda
+
+        def step(x):
+            fakecuda.read_back(x).item()  # noqa: TL101
+            fakecuda.read_back(x).item()  # noqa
+            fakecuda.read_back(x).item()  # noqa: TL201 (wrong code: still reported)
+    """)
+    with sanitize(checks={"sync"}) as session:
+        model.step(torch.ones(1))
+        with allow_sync():
+            model.step(torch.ones(1))
+    [finding] = session.findings
+    assert finding.line == line_of(model.__file__, "wrong code") and finding.count == 1
+    silenced = {s["line"]: s["count"] for s in session._checks[0].silenced_sites()}
+    assert silenced == {line_of(model.__file__, "# noqa: TL101"): 1, line_of(model.__file__, "# noqa") + 1: 1}
+    assert session._checks[0].allowed_count == 3
+
+
+def test_allow_sync_is_per_thread(tmp_path, lib):
+    with sanitize(checks={"sync"}) as session:
+        with allow_sync():
+            worker = threading.Thread(target=lib.read_back)
+            worker.start()
+            worker.join()
+    assert len(session.findings) == 1
+
+
+def test_a_wrapper_counts_its_inner_syncs_once_and_times_the_call(lib):
+    with sanitize(checks={"sync"}) as session:
+        check = session._checks[0]
+        formatted = check._timed("format", "Tensor.__repr__")(lambda: lib.read_back("t", times=38))
+        formatted(); here = __import__("sys")._getframe().f_lineno
+    [finding] = session.findings
+    assert finding.count == 1 and finding.line == here
+    assert finding.details["sync_kind"] == "format" and finding.details["api"] == "Tensor.__repr__"
+    assert finding.details["timed_calls"] == 1 and finding.details["stall_ms"] is not None
+
+
+def test_a_wrapped_call_that_does_not_sync_is_not_a_finding():
+    with sanitize(checks={"sync"}) as session:
+        value = torch.ones(1).item()
+        text = repr(torch.ones(2))
+        flag = bool(torch.ones(1))
+        moved = torch.ones(2).to(torch.float64)
+    assert session.findings == [] and value == 1.0 and "tensor" in text and flag and moved.dtype == torch.float64
+
+
+def test_warnings_as_errors_do_not_turn_a_sync_into_an_exception(lib):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with sanitize(checks={"sync"}) as session:
+            lib.read_back()
+        with pytest.raises(UserWarning):
+            lib.read_back()
+    assert len(session.findings) == 1
+
+
+def test_other_warnings_still_reach_the_previous_handler(lib):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with sanitize(checks={"sync"}):
+            warnings.warn("something else", DeprecationWarning)
+            lib.read_back()
+    assert [str(w.message) for w in caught] == ["something else"]
+
+
+def test_stop_restores_every_global():
+    def snapshot():
+        return (
+            dict(vars(torch.Tensor)), torch.cuda.synchronize, torch.cuda.empty_cache, torch.nonzero, torch.unique,
+            torch.cuda.Event.synchronize, torch.cuda.Stream.synchronize, warnings.showwarning, list(warnings.filters),
+        )
+
+    before = snapshot()
+    with sanitize(checks={"sync"}):
+        assert torch.Tensor.item is not before[0].get("item")
+        assert torch.cuda.synchronize is not before[1]
+    assert snapshot() == before
+
+
+def test_sessions_nest(lib):
+    with sanitize(checks={"sync"}) as outer:
+        lib.read_back()
+        with sanitize(checks={"sync"}) as inner:
+            lib.read_back()
+        lib.read_back()
+    assert sum(f.count for f in outer.findings) == 2
+    assert sum(f.count for f in inner.findings) == 1
+
+
+def test_syncs_caused_by_torchlint_itself_are_ignored(lib):
+    # A function whose code lives in a torchlint file, as the memory check's read-backs do.
+    namespace = {}
+    exec(compile("def sample(lib):\n    lib.read_back()\n", frames.__file__, "exec"), namespace)
+    with sanitize(checks={"sync"}) as session:
+        namespace["sample"](lib)
+    assert session.findings == [] and session._checks[0].internal_count == 1
+
+
+def test_sync_check_is_constructed_by_the_protocol():
+    from torchlint.sanitizer.session import SanitizerSession, load_check_class
+
+    assert load_check_class("sync") is SyncCheck
+    session = SanitizerSession(checks={"sync"})
+    check = SyncCheck(session)
+    assert check.name == "sync" and check.findings() == []
