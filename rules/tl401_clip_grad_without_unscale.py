@@ -6,7 +6,7 @@ from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from torchlint.analysis import iter_subtree
+from torchlint.analysis import exclusive_branches, iter_subtree
 from torchlint.facts import FunctionInfo, keyword, literal_bool
 from torchlint.names import dotted_name
 from torchlint.rule import DISPLAY_ONLY, SAFE, Invalid, Rule, Valid
@@ -48,26 +48,6 @@ class _Event:
     call: cst.Call
     stack: Tuple[cst.CSTNode, ...]
     clip_name: str = ""
-
-
-def _exclusive(a: Tuple[cst.CSTNode, ...], b: Tuple[cst.CSTNode, ...]) -> bool:
-    """Do the two nodes sit in different branches of one if/try/match, so that
-    no single run executes both?"""
-    depth = 0
-    for x, y in zip(a, b):
-        if x is not y:
-            break
-        depth += 1
-    if depth == 0 or depth >= len(a) or depth >= len(b):
-        return False
-    common, left, right = a[depth - 1], a[depth], b[depth]
-    if isinstance(common, (cst.If, cst.IfExp)):
-        return left is not common.test and right is not common.test
-    if isinstance(common, (cst.Try, cst.TryStar)):
-        return left is not common.finalbody and right is not common.finalbody and (left is not common.orelse or right is not common.body)
-    if isinstance(common, cst.Match):
-        return True
-    return False
 
 
 class ClipGradWithoutUnscale(Rule):
@@ -611,8 +591,8 @@ class ClipGradWithoutUnscale(Rule):
                     self._judge(clip, events[:index], events[index + 1 :], scaled_anywhere)
 
     def _judge(self, clip: _Event, before: List[_Event], after: List[_Event], scaled_anywhere: Set[Optional[str]]) -> None:
-        on_path_before = [e for e in before if e.kind != CLIP and not _exclusive(e.stack, clip.stack)]
-        on_path_after = [e for e in after if e.kind != CLIP and not _exclusive(e.stack, clip.stack)]
+        on_path_before = [e for e in before if e.kind != CLIP and not exclusive_branches(e.stack, clip.stack)]
+        on_path_after = [e for e in after if e.kind != CLIP and not exclusive_branches(e.stack, clip.stack)]
         last = on_path_before[-1] if on_path_before else None
         next_step = next((e for e in on_path_after if e.kind == STEP), None)
         if last is not None and last.kind == SCALE:
