@@ -45,6 +45,31 @@ def iter_subtree(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         stack.extend(reversed(current.children))
 
 
+def exclusive_branches(a: Sequence[cst.CSTNode], b: Sequence[cst.CSTNode]) -> bool:
+    """Do two nodes, given by their ancestor stacks (``Site.stack``, root first),
+    sit in different branches of one ``if``/``else``, ``try``/``except`` or
+    ``match``, so that no single run executes both? Used by rules that reason
+    about statement order along one path (TL401, TL601)."""
+    depth = 0
+    for x, y in zip(a, b):
+        if x is not y:
+            break
+        depth += 1
+    if depth == 0 or depth >= len(a) or depth >= len(b):
+        return False
+    common, left, right = a[depth - 1], a[depth], b[depth]
+    if isinstance(common, (cst.If, cst.IfExp)):
+        return left is not common.test and right is not common.test
+    if isinstance(common, (cst.Try, cst.TryStar)):
+        if left is common.finalbody or right is common.finalbody:
+            return False
+        # body then else run together; a handler excludes the else (and most of the body)
+        return {id(left), id(right)} != {id(common.body), id(common.orelse)}
+    if isinstance(common, cst.Match):
+        return True
+    return False
+
+
 def contains_call_to(ctx: "FileContext", node: cst.CSTNode, qualified: frozenset) -> bool:
     for sub in iter_subtree(node):
         if isinstance(sub, cst.Call) and ctx.names.qualified_name(sub.func) in qualified:
