@@ -288,3 +288,69 @@ def _body_is_continue(body: cst.BaseSuite) -> bool:
         if any(isinstance(s, cst.Continue) for s in small):
             return True
     return False
+
+
+# -- module modes (train/eval) ---------------------------------------------------
+def module_mode_call(call: cst.Call) -> Optional[str]:
+    """``x.eval()`` / ``x.train(False)`` -> "eval"; ``x.train()`` / ``x.train(mode)`` -> "train".
+
+    Only calls on a dotted receiver count (``model.eval()``, ``self.net.train()``);
+    the builtin ``eval(...)`` and calls on call results are not mode switches."""
+    func = call.func
+    if not isinstance(func, cst.Attribute) or dotted_name(func.value) is None:
+        return None
+    if func.attr.value == "eval" and not call.args:
+        return "eval"
+    if func.attr.value == "train" and len(call.args) <= 1:
+        if call.args and isinstance(call.args[0].value, cst.Name) and call.args[0].value.value == "False":
+            return "eval"
+        return "train"
+    return None
+
+
+# -- training entry points -----------------------------------------------------
+def is_main_guard(statement: cst.CSTNode) -> bool:
+    """``if __name__ == "__main__":`` (either operand order)."""
+    if not isinstance(statement, cst.If) or not isinstance(statement.test, cst.Comparison):
+        return False
+    test = statement.test
+    if len(test.comparisons) != 1 or not isinstance(test.comparisons[0].operator, cst.Equal):
+        return False
+    sides = (test.left, test.comparisons[0].comparator)
+    has_name = any(isinstance(s, cst.Name) and s.value == "__name__" for s in sides)
+    has_main = any(isinstance(s, cst.SimpleString) and s.evaluated_value == "__main__" for s in sides)
+    return has_name and has_main
+
+
+def loop_trains(ctx: "FileContext", loop: LoopInfo) -> bool:
+    """The loop itself calls backward()/an optimizer step, or a module function that does."""
+    return loop.trains or any(ctx.facts.function_trains(c) for c in loop.calls)
+
+
+def training_entry_loop(ctx: "FileContext") -> Optional[LoopInfo]:
+    """The first training loop of a module that is a *training entry point*.
+
+    A training entry point is a module that runs as a script and trains:
+    it contains a training loop (a loop that calls ``backward()`` or an
+    optimizer's ``step()``, directly or through a function of the module),
+    and either has an ``if __name__ == "__main__":`` block or top-level code
+    that reaches that training (a training loop at module level, or a
+    module-level call of a module function that trains). Library modules
+    that only define a training function are not entry points. Exact after
+    the walk (ask in ``finish()``)."""
+    training = [loop for loop in ctx.facts.loops.values() if loop_trains(ctx, loop)]
+    if not training:
+        return None
+    runs_as_script = any(is_main_guard(statement) for statement in ctx.module.body)
+    if not runs_as_script:
+        runs_as_script = any(loop.function is None for loop in training) or any(
+            ctx.facts.function_trains(name) for name in ctx.facts.module_calls
+        )
+    return training[0] if runs_as_script else None
+
+
+def outermost_loop_in_function(loop: LoopInfo) -> LoopInfo:
+    """The outermost loop of the same function that encloses ``loop`` (itself if none)."""
+    while loop.parent is not None and loop.parent.function is loop.function:
+        loop = loop.parent
+    return loop
