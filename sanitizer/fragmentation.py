@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 MiB = 1 << 20
 # Requests up to this size are served from the small pool (c10 kSmallSize).
@@ -578,4 +578,3 @@ def oom_verdict(
         suggested_alloc_conf=suggested,
         alternatives=alternatives,
     )
-

@@ -281,7 +281,6 @@ def test_fragmented_state_at_session_end_is_reported():
     data = load("fragmented")
     source = FakeSource(stats=AllocatorStats.from_flat(data["stats"]), segments=data["segments"])
     check, sess, source, clock = make(source)
-    check.sess = sess
     sess.test_id = "tests/test_x.py::test_frag"
     check.start()
     run_steps(check, sess, source, clock, 5)
