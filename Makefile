@@ -34,7 +34,7 @@ test: $(STAMP)
 	$(PY) -m pytest -n 2 --dist loadgroup
 
 docs: $(STAMP)
-	$(VENV)/bin/torchlint rule --all --output-format markdown > docs/rules.md
+	$(PY) -m torchlint.docs .
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .torchlint_cache

@@ -99,3 +99,33 @@ def rule_json(rule: Type[Rule]) -> Dict[str, Any]:
         "source_location": rule.__module__,
         "version": __version__,
     }
+
+
+README_START = "<!-- rules-table-start -->"
+README_END = "<!-- rules-table-end -->"
+
+
+def write_generated_docs(repo: str) -> None:
+    """Regenerate docs/rules.md and the README's rule table (``make docs``)."""
+    import os
+
+    from torchlint.registry import all_rules
+
+    rules = list(all_rules().values())
+    with open(os.path.join(repo, "docs", "rules.md"), "w", encoding="utf-8", newline="\n") as handle:
+        handle.write(render_all_markdown(rules))
+    readme_path = os.path.join(repo, "README.md")
+    with open(readme_path, encoding="utf-8") as handle:
+        readme = handle.read()
+    head, start, rest = readme.partition(README_START)
+    _, end, tail = rest.partition(README_END)
+    if not start or not end:
+        raise SystemExit(f"{readme_path}: missing {README_START} / {README_END} markers")
+    with open(readme_path, "w", encoding="utf-8", newline="\n") as handle:
+        handle.write(f"{head}{README_START}\n{rule_table(rules)}\n{README_END}{tail}")
+
+
+if __name__ == "__main__":
+    import sys
+
+    write_generated_docs(sys.argv[1] if len(sys.argv) > 1 else ".")

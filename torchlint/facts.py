@@ -77,10 +77,9 @@ class LoopInfo:
 
     @property
     def line_hint(self) -> str:
+        """``for step, (x, y) in enumerate(loader)``: how a message names the loop."""
         if isinstance(self.node, cst.For):
-            target = dotted_name(self.node.target) or "..."
-            source = dotted_name(self.node.iter) or _call_name(self.node.iter) or "..."
-            return f"`for {target} in {source}`"
+            return f"`for {_short(self.node.target)} in {_short(self.node.iter)}`"
         return "`while` loop"
 
 
@@ -96,11 +95,20 @@ class LoaderInfo:
     function: Optional[FunctionInfo]
 
 
-def _call_name(node: cst.CSTNode) -> Optional[str]:
-    if isinstance(node, cst.Call):
-        name = dotted_name(node.func)
-        return f"{name}(...)" if name else None
-    return None
+def _short(node: cst.CSTNode, depth: int = 0) -> str:
+    """A compact rendering of a loop target or iterable for messages."""
+    name = dotted_name(node)
+    if name is not None:
+        return name
+    if isinstance(node, (cst.Tuple, cst.List)) and depth < 2:
+        inner = ", ".join(_short(e.value, depth + 1) for e in node.elements)
+        return f"({inner})" if depth else inner
+    if isinstance(node, cst.Call) and depth < 2:
+        func = dotted_name(node.func) or "..."
+        first = _short(node.args[0].value, depth + 1) if node.args else ""
+        more = ", ..." if len(node.args) > 1 else ""
+        return f"{func}({first}{more})"
+    return "..."
 
 
 class ModuleFacts:

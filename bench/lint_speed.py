@@ -1,0 +1,109 @@
+"""How fast torchlint lints a code base, against libcst's own parse of it.
+
+    python bench/lint_speed.py DIR [--jobs-check] [--prefilter-check]
+
+One run measures, file by file and back to back, the CPU time of a pure
+``libcst.parse_module`` and of a full torchlint lint (parse + one walk with
+every default rule), and prints files, lines, seconds and the ratio
+torchlint / parse-only. ``--jobs-check`` also times the CLI with
+``--jobs 1`` and ``--jobs 2`` (wall clock) on the same tree;
+``--prefilter-check`` lints with the text pre-filter on and off and reports
+whether the findings are identical.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+import libcst as cst
+
+from torchlint import linter
+from torchlint.discovery import DiscoveryOptions, discover
+from torchlint.linter import FileOptions, lint_text
+from torchlint.registry import all_rules
+from torchlint.source import DecodeError, read
+
+
+def load(root: str):
+    files, _ = discover([root], DiscoveryOptions(root=os.path.abspath(root), respect_gitignore=False, exclude=[]))
+    texts = []
+    for path in files:
+        try:
+            texts.append((path, read(path).text))
+        except (DecodeError, OSError):
+            pass
+    return texts
+
+
+def default_options() -> FileOptions:
+    return FileOptions(rules=[r for r in all_rules().values() if r.default_enabled])
+
+
+def time_parse_vs_lint(texts, options):
+    parse_s = lint_s = 0.0
+    findings = errors = 0
+    for path, text in texts:
+        start = time.process_time()
+        try:
+            cst.parse_module(text)
+        except Exception:
+            pass
+        middle = time.process_time()
+        out = lint_text(text, path, options)
+        end = time.process_time()
+        parse_s += middle - start
+        lint_s += end - middle
+        findings += len(out.diagnostics)
+        errors += len(out.errors)
+    return parse_s, lint_s, findings, errors
+
+
+def findings_of(texts, options):
+    return sorted((d.path, d.row, d.column, d.code) for path, text in texts for d in lint_text(text, path, options).diagnostics)
+
+
+def cli_wall(root: str, jobs: int) -> float:
+    command = [os.path.join(os.path.dirname(sys.executable), "torchlint"), "--jobs", str(jobs), "--exit-zero", "-q", "--no-respect-gitignore", "--output-format", "json", "-o", os.devnull, root]
+    start = time.perf_counter()
+    subprocess.run(command, check=True)
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("root")
+    parser.add_argument("--jobs-check", action="store_true")
+    parser.add_argument("--prefilter-check", action="store_true")
+    args = parser.parse_args()
+
+    texts = load(args.root)
+    lines = sum(text.count("\n") for _, text in texts)
+    options = default_options()
+    parse_s, lint_s, findings, errors = time_parse_vs_lint(texts, options)
+    print(f"files            {len(texts)}")
+    print(f"lines            {lines}")
+    print(f"parse only       {parse_s:8.2f} CPU-s  ({lines / parse_s:,.0f} lines/s)")
+    print(f"torchlint        {lint_s:8.2f} CPU-s  ({lines / lint_s:,.0f} lines/s)")
+    print(f"ratio            {lint_s / parse_s:8.3f}  torchlint / parse-only (analysis adds {100 * (lint_s / parse_s - 1):.0f}%)")
+    print(f"findings         {findings}   internal errors {errors}")
+    if args.prefilter_check:
+        with_filter = findings_of(texts, options)
+        original = linter._may_fire
+        linter._may_fire = lambda rule, text: True
+        try:
+            without_filter = findings_of(texts, options)
+        finally:
+            linter._may_fire = original
+        print(f"prefilter        {'identical findings' if with_filter == without_filter else 'FINDINGS DIFFER'} ({len(with_filter)} vs {len(without_filter)})")
+    if args.jobs_check:
+        one = cli_wall(args.root, 1)
+        two = cli_wall(args.root, 2)
+        print(f"cli --jobs 1     {one:8.2f} s wall")
+        print(f"cli --jobs 2     {two:8.2f} s wall   speedup {one / two:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
