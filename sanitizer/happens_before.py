@@ -361,6 +361,8 @@ class HappensBefore:
         self._captured_events: set = set()
         self._graphs: Dict[Hashable, list] = {}
         self.keep_all = keep_all
+        # Called with each new unique race, while the later access is being made.
+        self.on_race = None
         self.all_races: List[Race] = []
         self._races: Dict[tuple, Race] = {}
         self._handlers = {
@@ -484,7 +486,8 @@ class HappensBefore:
         clock = self._clock(stream)
         self._events[event] = (dict(clock), stream, site, clock.get(stream, 0))
 
-    def event_wait(self, event: Hashable, stream: Hashable, site: Any = None) -> None:
+    def event_wait(self, event: Hashable, stream: Hashable, site: Any = None, kind: str = "event") -> None:
+        """``kind`` names the user's call in reports ("wait_stream" when it built the event)."""
         self._index += 1
         if self._capture_graph is not None and event in self._captured_events:
             # A fork inside the capture: the waiting stream joins it.
@@ -496,8 +499,11 @@ class HappensBefore:
         if recorded is None:
             return  # waiting on a never-recorded event completes at once
         clock, event_stream, record_site, record_seq = recorded
-        note = SyncNote("event", stream, event_stream, record_seq, site, event_stream, record_site, self._index)
-        self._event_waits[(stream, event_stream)] = note
+        note = SyncNote(kind, stream, event_stream, record_seq, site, event_stream, record_site, self._index)
+        if kind == "event":
+            self._event_waits[(stream, event_stream)] = note
+        else:
+            self._event_waits.pop((stream, event_stream), None)
         self._merge(stream, self._clock(stream), clock, note)
 
     def wait_stream(self, waiter: Hashable, waitee: Hashable, site: Any = None) -> None:
@@ -570,11 +576,19 @@ class HappensBefore:
     # -- collectives and graphs --------------------------------------------
 
     def collective(self, group, stream, work, accesses: Sequence[Access], op: str = "", site: Any = None) -> None:
+        self.collective_launch(
+            group, stream, work,
+            [(a.start, a.end, a.is_write, a.arg, a.tensor, a.alloc, a.op, a.site) for a in accesses],
+            op, site,
+        )
+
+    def collective_launch(self, group, stream, work, items: Sequence[tuple], op: str = "", site: Any = None) -> None:
+        """``collective`` with ``launch``-style items (the hot path of races.py)."""
         pseudo = CollectiveStream(group)
         issuing = self._clock(stream)
         note = SyncNote("collective_launch", pseudo, stream, issuing.get(stream, 0), site, index=self._index)
         self._merge(pseudo, self._clock(pseudo), issuing, note)
-        self.kernel(pseudo, accesses, op, site, via=("collective", work))
+        self.launch(pseudo, items, op, site, via=("collective", work))
         self._work[work] = (dict(self._clock(pseudo)), pseudo, site)
 
     def work_wait(self, work: Hashable, stream: Hashable, site: Any = None) -> None:
@@ -701,6 +715,8 @@ class HappensBefore:
         known = self._races.get(race.key)
         if known is None:
             self._races[race.key] = race
+            if self.on_race is not None:
+                self.on_race(race)
         else:
             known.count += 1
 
@@ -757,6 +773,10 @@ class HappensBefore:
         kept = [seg for seg in self._segs[lo:hi] if seg.streams]
         self._segs[lo:hi] = kept
         self._starts[lo:hi] = [seg.start for seg in kept]
+
+    def forget_event(self, event: Hashable) -> None:
+        """The event was destroyed; its handle may come back as a new event."""
+        self._events.pop(event, None)
 
     def _ordered_floor(self) -> Dict[Hashable, int]:
         """Per stream, a seq that every present and future stream is ordered after."""

@@ -1,0 +1,1090 @@
+"""The race check: cross-stream data races in a real PyTorch program.
+
+``RaceCheck`` feeds the happens-before engine (``happens_before.py``) from
+torch and turns its races into findings. How it sees the program:
+
+* **Accesses**: a ``TorchDispatchMode`` classifies every ATen op's CUDA
+  tensor arguments from the op's schema: ``Tensor(a!)`` arguments are writes,
+  other tensors reads, fresh outputs writes; views (non-writing aliases) and
+  the inputs of ``*_like``/``new_*`` factories touch no memory; ``empty*``
+  allocates without writing. Each access is keyed by its byte range (the
+  bounding box of sizes x strides from the storage offset), never by
+  ``data_ptr`` alone.
+* **Kernels that bypass the dispatcher**: Triton's ``JITFunction.run`` is
+  wrapped, every CUDA tensor argument counted as read and write on the
+  current stream. Other raw launches (pybind extensions) stay invisible.
+* **Synchronization**: ``torch._C._activate_gpu_trace()`` and one callback per
+  ``torch.cuda._gpu_trace`` registry (event record/wait/sync, stream and device
+  syncs, stream creation, frees). They are registered once per process and
+  gated by the module-level ``_ACTIVE`` pointer, because torch offers no way
+  to remove them and **gpu_trace cannot be deactivated**: once one session has
+  needed it, every later event in the process makes a Python round trip (a
+  few microseconds) even when no check is running. torch swallows exceptions
+  raised in these callbacks, so errors are recorded and reported at ``stop()``.
+* **Collectives**: ``torch.distributed`` collectives are wrapped; each runs on a
+  pseudo-stream per process group that waits for the issuing stream, and
+  ``Work.wait()`` (or ``async_op=False``) joins it back. c10d ops reached
+  by other paths (DDP's reducer) are treated as plain ops on the current
+  stream, as CSAN does.
+* **CUDA graphs**: ``CUDAGraph.capture_begin/capture_end`` record what the
+  capture touches instead of running it; ``replay()`` runs it on the replay
+  stream.
+* **Allocator reuse**: accesses live in the engine's address map after the
+  tensor dies, so the next owner of the bytes is checked against them;
+  ``record_stream`` is a pledge honoured at the free (gpu_trace's deallocation
+  callback).
+
+Pay only for what is used: ``start()`` installs only a few Python wrappers on
+rare calls (creating or entering a stream, events, collectives, graphs). The
+dispatch mode and gpu_trace are switched on at the first sign of a second
+stream, a collective or a graph capture ("activation"). Until then a
+single-stream program pays nothing per op. What must be known about the
+default stream's earlier work is recovered at activation: if the default
+stream still has work in flight (``query()`` is False), every live block of
+the caching allocator is treated as written by that work, so a new stream
+that touches it without waiting is reported; if it is idle, that work has
+finished and cannot race with anything issued later.
+
+torch.compile: a dispatch mode on the stack makes Dynamo run the function
+eagerly (or, for graphs compiled before activation, the compiled kernels run
+without reaching the mode). The check therefore verifies compiled code with
+eager semantics; ``RaceCheck.notes`` (and a warning at ``stop()``) say so when
+Dynamo compiled frames while the check was on.
+"""
+from __future__ import annotations
+
+import sys
+import threading
+import warnings
+from typing import Any, Dict, Hashable, List, Optional, Tuple
+
+from .findings import RACE, Finding, Frame
+from .happens_before import HOST, CollectiveStream, HappensBefore, Race
+
+try:  # written by the session engineer; guard so the check never breaks without it
+    from .frames import raw_user_stack as _raw_user_stack
+except ImportError:  # pragma: no cover - frames.py ships with the package
+    _raw_user_stack = None
+
+# The check whose engine the process-global hooks feed (None: hooks do nothing).
+_ACTIVE: Optional["RaceCheck"] = None
+_TRACE_REGISTERED = False
+_TRACE_LOCK = threading.Lock()
+# Set while one of our own wrappers (collectives) runs, so the dispatch mode
+# does not count the c10d ops it issues a second time.
+_LOCAL = threading.local()
+
+DEFAULT_STREAM = 0  # cudaStream_t of the legacy default stream
+
+SITE_FRAMES = 4  # frames kept per access (cheap); races get 8 for the later access
+NO_USER_FRAME = (("<no user frame: autograd engine or library thread>", 0, "?"),)
+
+# Ops whose tensor inputs are used for metadata only.
+_METADATA_INPUT_PREFIXES = ("new_",)
+_METADATA_INPUT_SUFFIXES = ("_like",)
+# Ops that allocate without touching memory.
+_NO_WRITE_OUTPUT = {"empty", "empty_like", "new_empty", "new_empty_strided", "empty_strided", "empty_permuted"}
+
+_SKIP = "skip"
+_RECORD_STREAM = "record_stream"
+_PLAIN = "plain"
+
+
+def _site() -> tuple:
+    if _raw_user_stack is None:
+        return NO_USER_FRAME
+    frames, _, _ = _raw_user_stack(limit=SITE_FRAMES, skip=2)
+    return tuple(frames) if frames else NO_USER_FRAME
+
+
+def _long_site() -> tuple:
+    if _raw_user_stack is None:
+        return NO_USER_FRAME
+    frames, _, _ = _raw_user_stack(limit=8, skip=2)
+    return tuple(frames) if frames else NO_USER_FRAME
+
+
+def _plan(func) -> tuple:
+    """How an op touches memory, from its schema: (kind, inputs, output_writes, name, is_c10d)."""
+    schema = func._schema
+    name = schema.name.split("::")[-1]
+    namespace = schema.name.split("::")[0]
+    collective = namespace in ("c10d", "_c10d_functional")
+    if name == "record_stream":
+        return (_RECORD_STREAM, (), False, name, False)
+    metadata_inputs = name.startswith(_METADATA_INPUT_PREFIXES) or name.endswith(_METADATA_INPUT_SUFFIXES)
+    inputs = []
+    for index, arg in enumerate(schema.arguments):
+        type_text = str(arg.type)
+        if "Tensor" not in type_text:
+            continue
+        alias = arg.alias_info
+        is_write = bool(alias is not None and alias.is_write)
+        if alias is not None and not is_write:
+            continue  # a view's base: no memory touched
+        if metadata_inputs and not is_write:
+            continue
+        inputs.append((index, arg.name, is_write, "List" in type_text or "[]" in type_text, arg.kwarg_only))
+    output_write = name not in _NO_WRITE_OUTPUT and any(
+        "Tensor" in str(ret.type) and ret.alias_info is None for ret in schema.returns
+    )
+    if not inputs and not output_write:
+        return (_SKIP, (), False, name, collective)
+    return (_PLAIN, tuple(inputs), output_write, name, collective)
+
+
+class _TensorInfo:
+    """What a report needs about a tensor, captured at access time (the tensor may die)."""
+
+    __slots__ = ("shape", "dtype", "storage_offset", "base", "data_ptr", "stride")
+
+    def __init__(self, shape, dtype, storage_offset, base, data_ptr, stride):
+        self.shape = shape
+        self.dtype = dtype
+        self.storage_offset = storage_offset
+        self.base = base
+        self.data_ptr = data_ptr
+        self.stride = stride
+
+    def to_json(self) -> Dict[str, Any]:
+        return {
+            "shape": list(self.shape),
+            "dtype": str(self.dtype).replace("torch.", ""),
+            "stride": list(self.stride) if self.stride is not None else None,
+            "storage_offset": self.storage_offset,
+            "storage_base": hex(self.base),
+            "data_ptr": hex(self.data_ptr),
+        }
+
+
+def _make_dispatch_mode():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class RaceDispatchMode(TorchDispatchMode):
+        """Sees every ATen op; hands its CUDA tensors to the active race check."""
+
+        enabled = True
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            check = _ACTIVE
+            if check is not None and self.enabled and check._engine is not None:
+                try:
+                    check._on_op(func, args, kwargs, out)
+                except Exception as error:  # never break the user's program
+                    check._internal_error("dispatch", error)
+            return out
+
+    return RaceDispatchMode
+
+
+class RaceCheck:
+    """Cross-stream race detection; the ``race`` check of a sanitizer session."""
+
+    name = "race"
+
+    def __init__(self, session=None):
+        self.session = session
+        self._engine: Optional[HappensBefore] = None
+        self._started = False
+        self._patches: List[Tuple[Any, str, Any]] = []
+        self._mode = None
+        self._mode_thread = None
+        self._plans: Dict[Any, tuple] = {}
+        self._allocs: Dict[int, Any] = {}  # storage base -> AllocInfo (live, as seen here)
+        self._works: Dict[int, Tuple[int, Any]] = {}
+        self._next_work = 0
+        self._stream_names: Dict[Hashable, str] = {DEFAULT_STREAM: "torch.cuda.default_stream()"}
+        self._tensor_names: Dict[int, str] = {}
+        self._race_context: Dict[int, dict] = {}
+        self._errors: List[str] = []
+        self._step = 0
+        self._activation_reason: Optional[str] = None
+        self._device_filter = "cuda"
+        self._current_stream = None
+        self._dynamo_frames_at_start = 0
+        self.notes: List[str] = []
+        self._torch = None
+
+    # -- protocol -----------------------------------------------------------
+
+    def start(self) -> None:
+        global _ACTIVE
+        if self._started:
+            return
+        import torch
+
+        self._torch = torch
+        self._started = True
+        _ACTIVE = self
+        self._current_stream = self._raw_stream_getter(torch)
+        self._dynamo_frames_at_start = self._dynamo_frames()
+        self._install_triggers(torch)
+
+    def stop(self) -> None:
+        global _ACTIVE
+        if not self._started:
+            return
+        self._started = False
+        if _ACTIVE is self:
+            _ACTIVE = None
+        self._remove_mode()
+        for owner, attribute, original in reversed(self._patches):
+            setattr(owner, attribute, original)
+        self._patches = []
+        frames = self._dynamo_frames() - self._dynamo_frames_at_start
+        if frames > 0 and self._engine is not None:
+            self.notes.append(
+                f"torch.compile ran {frames} frame(s) while the race check was active: with its dispatch mode on "
+                "the stack they run eagerly, so compiled code was checked with eager semantics"
+            )
+        for note in self.notes:
+            warnings.warn(f"torchlint race check: {note}", stacklevel=2)
+        if self._errors:
+            warnings.warn(
+                "torchlint race check: internal errors (the check may have missed races): "
+                + "; ".join(self._errors[:5]),
+                stacklevel=2,
+            )
+
+    def on_step(self, step: int) -> None:
+        self._step = step
+
+    @property
+    def active(self) -> bool:
+        """True once a second stream, a collective or a graph switched the analysis on."""
+        return self._engine is not None
+
+    @property
+    def activation_reason(self) -> Optional[str]:
+        return self._activation_reason
+
+    def findings(self) -> List[Finding]:
+        if self._engine is None:
+            return []
+        return [self._finding(race) for race in self._engine.races]
+
+    # -- activation ---------------------------------------------------------
+
+    @staticmethod
+    def _raw_stream_getter(torch):
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        if raw is not None:
+            return lambda: raw(torch.cuda.current_device())
+        return lambda: torch.cuda.current_stream().cuda_stream
+
+    def _activate(self, reason: str) -> None:
+        """Switch the per-op analysis on (once per check)."""
+        if self._engine is not None or not self._started:
+            return
+        torch = self._torch
+        self._activation_reason = reason
+        engine = HappensBefore()
+        engine.on_race = self._on_race
+        self._engine = engine
+        if self._device_filter == "cuda":
+            self._seed_default_stream(torch)
+            self._register_trace(torch)
+        mode_class = _make_dispatch_mode()
+        self._mode = mode_class()
+        self._mode.__enter__()
+        self._mode_thread = threading.get_ident()
+
+    def _seed_default_stream(self, torch) -> None:
+        """The default stream's work before activation, as one launch writing every live block."""
+        try:
+            busy = not torch.cuda.default_stream().query()
+        except Exception:
+            busy = True
+        if not busy:
+            return
+        items = []
+        try:
+            segments = torch.cuda.memory_snapshot()
+        except Exception as error:
+            self._internal_error("memory_snapshot", error)
+            return
+        for segment in segments:
+            address = segment.get("address", 0)
+            for block in segment.get("blocks", ()):
+                size = block.get("size", 0)
+                if block.get("state") == "active_allocated" and size:
+                    items.append((address, address + size, True, "(any)", None, None, None, None))
+                address += size
+        if items:
+            self._engine.launch(
+                DEFAULT_STREAM,
+                items,
+                "work queued on the default stream before the race check switched on",
+                (("<before the race check switched on>", 0, "?"),),
+            )
+
+    def _remove_mode(self) -> None:
+        mode = self._mode
+        if mode is None:
+            return
+        self._mode = None
+        mode.enabled = False
+        if self._mode_thread != threading.get_ident():
+            return  # pushed on another thread's stack: it stays, switched off
+        try:
+            from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+            if _get_current_dispatch_mode() is mode:
+                mode.__exit__(None, None, None)
+        except Exception as error:
+            self._internal_error("dispatch mode removal", error)
+
+    # -- gpu_trace (once per process) ----------------------------------------
+
+    def _register_trace(self, torch) -> None:
+        global _TRACE_REGISTERED
+        with _TRACE_LOCK:
+            if _TRACE_REGISTERED:
+                return
+            activate = getattr(torch._C, "_activate_gpu_trace", None)
+            trace = getattr(torch.cuda, "_gpu_trace", None)
+            if activate is None or trace is None:
+                self.notes.append("torch has no gpu_trace: syncs issued from C++ are not seen (false alarms possible)")
+                _TRACE_REGISTERED = True
+                return
+            hooks = {
+                "register_callback_for_event_record": _trace_event_record,
+                "register_callback_for_event_wait": _trace_event_wait,
+                "register_callback_for_event_synchronization": _trace_event_sync,
+                "register_callback_for_stream_synchronization": _trace_stream_sync,
+                "register_callback_for_device_synchronization": _trace_device_sync,
+                "register_callback_for_memory_deallocation": _trace_free,
+                "register_callback_for_stream_creation": _trace_stream_created,
+                "register_callback_for_event_deletion": _trace_event_deleted,
+            }
+            for register, callback in hooks.items():
+                function = getattr(trace, register, None)
+                if function is not None:
+                    function(callback)
+            activate()
+            _TRACE_REGISTERED = True
+
+    # -- cheap wrappers installed at start ------------------------------------
+
+    def _patch(self, owner, attribute: str, replacement) -> None:
+        original = owner.__dict__[attribute] if isinstance(owner, type) and attribute in owner.__dict__ else getattr(owner, attribute)
+        self._patches.append((owner, attribute, original))
+        setattr(owner, attribute, replacement)
+
+    def _install_triggers(self, torch) -> None:
+        cuda = torch.cuda
+        check = self
+        Stream = cuda.Stream
+        Event = cuda.Event
+
+        original_new = Stream.__dict__["__new__"].__func__
+
+        def stream_new(cls, *args, **kwargs):
+            stream = original_new(cls, *args, **kwargs)
+            if _ACTIVE is check:
+                check._activate("a CUDA stream was created")
+            return stream
+
+        self._patch(Stream, "__new__", staticmethod(stream_new))
+
+        original_set_stream = cuda.set_stream
+
+        def set_stream(stream):
+            if _ACTIVE is check and stream is not None:
+                if check._engine is None and getattr(stream, "cuda_stream", DEFAULT_STREAM) != DEFAULT_STREAM:
+                    check._activate("a side stream was made current")
+                check._name_stream(stream)
+            return original_set_stream(stream)
+
+        self._patch(cuda, "set_stream", set_stream)
+
+        original_wait_stream = Stream.wait_stream
+
+        def wait_stream(this, other):
+            if _ACTIVE is check:
+                check._activate("wait_stream between streams")
+                check._name_stream(this)
+                check._name_stream(other)
+                _LOCAL.hint = ("wait_stream", _long_site())
+            try:
+                return original_wait_stream(this, other)
+            finally:
+                _LOCAL.hint = None
+
+        self._patch(Stream, "wait_stream", wait_stream)
+
+        original_record = Event.record
+        original_wait = Event.wait
+
+        def record(this, stream=None):
+            if _ACTIVE is check and stream is not None and getattr(stream, "cuda_stream", 0) != DEFAULT_STREAM:
+                check._activate("an event was recorded on a side stream")
+                check._name_stream(stream)
+            return original_record(this, stream)
+
+        def wait(this, stream=None):
+            if _ACTIVE is check and stream is not None and getattr(stream, "cuda_stream", 0) != DEFAULT_STREAM:
+                check._activate("a side stream waited on an event")
+                check._name_stream(stream)
+            return original_wait(this, stream)
+
+        self._patch(Event, "record", record)
+        self._patch(Event, "wait", wait)
+
+        self._install_graph_wrappers(torch)
+        self._install_distributed_wrappers(torch)
+        self._install_triton_wrapper()
+
+    def _install_graph_wrappers(self, torch) -> None:
+        graphs = getattr(torch.cuda, "graphs", None)
+        CUDAGraph = getattr(graphs, "CUDAGraph", None)
+        if CUDAGraph is None:
+            return
+        check = self
+        begin, end, replay = CUDAGraph.capture_begin, CUDAGraph.capture_end, CUDAGraph.replay
+
+        def capture_begin(this, *args, **kwargs):
+            if _ACTIVE is check:
+                check._activate("a CUDA graph capture began")
+                check._engine.capture_begin(id(this), check._current_stream(), _long_site())
+            return begin(this, *args, **kwargs)
+
+        def capture_end(this, *args, **kwargs):
+            try:
+                return end(this, *args, **kwargs)
+            finally:
+                if _ACTIVE is check and check._engine is not None:
+                    check._engine.capture_end(id(this))
+
+        def graph_replay(this, *args, **kwargs):
+            if _ACTIVE is check and check._engine is not None:
+                stream = check._current_stream()
+                check._engine.graph_replay(id(this), stream, _long_site())
+            return replay(this, *args, **kwargs)
+
+        self._patch(CUDAGraph, "capture_begin", capture_begin)
+        self._patch(CUDAGraph, "capture_end", capture_end)
+        self._patch(CUDAGraph, "replay", graph_replay)
+
+    # Collectives: which positional arguments are written and which read.
+    _COLLECTIVES = {
+        "all_reduce": ((0,), (0,)),
+        "broadcast": ((0,), (0,)),
+        "reduce": ((0,), (0,)),
+        "all_gather_into_tensor": ((0,), (1,)),
+        "reduce_scatter_tensor": ((0,), (1,)),
+        "all_to_all_single": ((0,), (1,)),
+        "all_gather": ((0,), (1,)),
+        "reduce_scatter": ((0,), (1,)),
+        "send": ((), (0,)),
+        "isend": ((), (0,)),
+        "recv": ((0,), ()),
+        "irecv": ((0,), ()),
+    }
+
+    def _install_distributed_wrappers(self, torch) -> None:
+        if "torch.distributed" not in sys.modules:
+            try:
+                import torch.distributed  # noqa: F401
+            except Exception:
+                return
+        dist = sys.modules.get("torch.distributed")
+        if dist is None or not dist.is_available():
+            return
+        import inspect
+
+        c10d = sys.modules.get("torch.distributed.distributed_c10d")
+        check = self
+        for name, (writes, reads) in self._COLLECTIVES.items():
+            original = getattr(dist, name, None)
+            if original is None:
+                continue
+            try:
+                signature = inspect.signature(original)
+            except (TypeError, ValueError):
+                continue
+            wrapper = _collective_wrapper(check, name, original, signature, writes, reads)
+            self._patch(dist, name, wrapper)
+            if c10d is not None and getattr(c10d, name, None) is original:
+                self._patch(c10d, name, wrapper)
+        Work = getattr(dist, "Work", None)
+        if Work is not None and hasattr(Work, "wait"):
+            original_wait = Work.wait
+
+            def work_wait(this, *args, **kwargs):
+                result = original_wait(this, *args, **kwargs)
+                if _ACTIVE is check and check._engine is not None:
+                    entry = check._works.pop(id(this), None)
+                    if entry is not None:
+                        check._engine.work_wait(entry[0], check._current_stream(), _long_site())
+                return result
+
+            self._patch(Work, "wait", work_wait)
+
+    def _install_triton_wrapper(self) -> None:
+        jit = sys.modules.get("triton.runtime.jit")
+        JITFunction = getattr(jit, "JITFunction", None)
+        if JITFunction is None or not hasattr(JITFunction, "run"):
+            return
+        check = self
+        original_run = JITFunction.run
+
+        def run(this, *args, **kwargs):
+            if _ACTIVE is check and check._engine is not None and not kwargs.get("warmup", False):
+                try:
+                    check._triton_launch(this, args, kwargs)
+                except Exception as error:
+                    check._internal_error("triton", error)
+            return original_run(this, *args, **kwargs)
+
+        self._patch(JITFunction, "run", run)
+
+    # -- per-op analysis (only once active) ------------------------------------
+
+    def _on_op(self, func, args, kwargs, out) -> None:
+        plan = self._plans.get(func)
+        if plan is None:
+            plan = self._plans[func] = _plan(func)
+        kind = plan[0]
+        if kind == _SKIP:
+            return
+        if plan[4] and getattr(_LOCAL, "collective", 0):
+            return  # issued by our collective wrapper, which models it already
+        if kind == _RECORD_STREAM:
+            self._record_stream(args, kwargs)
+            return
+        items = []
+        for index, name, is_write, is_list, kwarg_only in plan[1]:
+            if not kwarg_only and index < len(args):
+                value = args[index]
+            elif kwargs:
+                value = kwargs.get(name)
+            else:
+                continue
+            if value is None:
+                continue
+            if is_list:
+                for position, tensor in enumerate(value):
+                    if tensor is not None:
+                        self._add_item(items, tensor, f"{name}[{position}]", is_write)
+            else:
+                self._add_item(items, value, name, is_write)
+        if plan[2] and out is not None:
+            if isinstance(out, (tuple, list)):
+                for position, tensor in enumerate(out):
+                    if isinstance(tensor, self._torch.Tensor):
+                        self._add_item(items, tensor, f"result[{position}]", True)
+            elif isinstance(out, self._torch.Tensor):
+                self._add_item(items, out, "result", True)
+        if plan[3] in _NO_WRITE_OUTPUT and isinstance(out, self._torch.Tensor):
+            # Allocated, not written: remember where, for reports.
+            self._note_alloc(out)
+        if items:
+            self._engine.launch(self._current_stream(), items, plan[3], _site())
+
+    def _note_alloc(self, tensor) -> None:
+        if tensor.device.type != self._device_filter or tensor.numel() == 0:
+            return
+        base = tensor.data_ptr() - tensor.storage_offset() * tensor.element_size()
+        if base not in self._allocs:
+            self._new_alloc(tensor, base)
+
+    def _add_item(self, items: list, tensor, arg: str, is_write: bool) -> None:
+        if not isinstance(tensor, self._torch.Tensor) or tensor.device.type != self._device_filter:
+            return
+        numel = tensor.numel()
+        if numel == 0:
+            return
+        pointer = tensor.data_ptr()
+        itemsize = tensor.element_size()
+        if tensor.is_contiguous():
+            start, end = pointer, pointer + numel * itemsize
+            stride = None
+        else:
+            stride = tensor.stride()
+            low = high = 0
+            for size, step in zip(tensor.shape, stride):
+                if step >= 0:
+                    high += (size - 1) * step
+                else:
+                    low += (size - 1) * step
+            start, end = pointer + low * itemsize, pointer + (high + 1) * itemsize
+        offset = tensor.storage_offset()
+        base = pointer - offset * itemsize
+        alloc = self._allocs.get(base)
+        if alloc is None:
+            alloc = self._new_alloc(tensor, base)
+        info = _TensorInfo(tensor.shape, tensor.dtype, offset, base, pointer, stride)
+        items.append((start, end, is_write, arg, info, alloc, None, None))
+
+    def _new_alloc(self, tensor, base: int):
+        try:
+            nbytes = tensor.untyped_storage().nbytes()
+        except Exception:
+            nbytes = tensor.numel() * tensor.element_size()
+        alloc = self._engine.alloc(base, base + nbytes, self._current_stream(), _site(), "")
+        self._allocs[base] = alloc
+        return alloc
+
+    def _record_stream(self, args, kwargs) -> None:
+        tensor = args[0] if args else kwargs.get("self")
+        stream = args[1] if len(args) > 1 else kwargs.get("s")
+        if tensor is None or stream is None:
+            return
+        key = self._stream_key(stream)
+        pointer = tensor.data_ptr()
+        base = pointer - tensor.storage_offset() * tensor.element_size()
+        if base not in self._allocs:
+            self._new_alloc(tensor, base)
+        self._engine.record_stream(base, key, _site())
+
+    def _stream_key(self, stream) -> Hashable:
+        raw = getattr(stream, "cuda_stream", None)
+        if raw is not None:
+            return raw
+        torch = self._torch
+        try:
+            return torch.cuda.Stream(
+                stream_id=stream.stream_id, device_index=stream.device_index, device_type=stream.device_type
+            ).cuda_stream
+        except Exception:
+            return ("stream", getattr(stream, "stream_id", id(stream)))
+
+    def _triton_launch(self, jit_function, args, kwargs) -> None:
+        items = []
+        values = list(args) + [v for k, v in kwargs.items() if k not in ("grid", "warmup")]
+        names = getattr(jit_function, "arg_names", None) or []
+        for position, value in enumerate(values):
+            if isinstance(value, self._torch.Tensor):
+                arg = names[position] if position < len(names) else f"arg{position}"
+                self._add_item(items, value, arg, False)
+                self._add_item(items, value, arg, True)
+        if items:
+            name = getattr(getattr(jit_function, "fn", None), "__name__", "kernel")
+            self._engine.launch(self._current_stream(), items, f"triton:{name}", _site())
+
+    def _collective(self, name, tensors_written, tensors_read, group, async_op, call):
+        """Run a collective call, modelling it on the group's pseudo-stream."""
+        self._activate("a collective was issued")
+        engine = self._engine
+        items = []
+        for tensor in tensors_read:
+            self._add_item(items, tensor, "input", False)
+        for tensor in tensors_written:
+            self._add_item(items, tensor, "output", True)
+        dist = sys.modules.get("torch.distributed")
+        if group is None or (dist is not None and group is getattr(getattr(dist, "group", None), "WORLD", None)):
+            group_key = "default"
+        else:
+            group_key = getattr(group, "group_name", None) or f"group@{id(group):#x}"
+        self._next_work += 1
+        token = self._next_work
+        stream = self._current_stream()
+        site = _long_site()
+        engine.collective_launch(group_key, stream, token, items, name, site)
+        _LOCAL.collective = getattr(_LOCAL, "collective", 0) + 1
+        try:
+            work = call()
+        finally:
+            _LOCAL.collective -= 1
+        if not async_op or work is None:
+            engine.work_wait(token, stream, site)
+        else:
+            self._works[id(work)] = (token, work)
+        return work
+
+    # -- naming and reports -----------------------------------------------------
+
+    def _name_stream(self, stream) -> None:
+        """Remember the user's variable name for a stream (looked up in the user's frame)."""
+        key = getattr(stream, "cuda_stream", None)
+        if key is None or key in self._stream_names and key != DEFAULT_STREAM:
+            return
+        frame = _user_frame()
+        if frame is None:
+            return
+        for scope in (frame.f_locals, frame.f_globals):
+            for variable, value in list(scope.items()):
+                if value is stream or getattr(value, "cuda_stream", object()) == key and _is_stream(value):
+                    if key != DEFAULT_STREAM:
+                        self._stream_names[key] = variable
+                    return
+
+    def _on_race(self, race: Race) -> None:
+        """First sight of a unique race: take the longer stack and the user's names now."""
+        context = {"stack": _long_site(), "step": self._step}
+        frame = _user_frame()
+        if frame is not None:
+            torch = self._torch
+            for scope in (frame.f_locals, frame.f_globals):
+                for variable, value in list(scope.items()):
+                    if variable.startswith("__"):
+                        continue
+                    if torch is not None and isinstance(value, torch.Tensor):
+                        try:
+                            if value.device.type == self._device_filter:
+                                pointer = value.data_ptr()
+                                base = pointer - value.storage_offset() * value.element_size()
+                                self._tensor_names.setdefault(base, variable)
+                        except Exception:
+                            pass
+                    elif _is_stream(value):
+                        key = getattr(value, "cuda_stream", None)
+                        if key is not None and key != DEFAULT_STREAM:
+                            self._stream_names.setdefault(key, variable)
+        self._race_context[id(race)] = context
+
+    def _internal_error(self, where: str, error: BaseException) -> None:
+        if len(self._errors) < 20:
+            self._errors.append(f"{where}: {type(error).__name__}: {error}")
+
+    def _finding(self, race: Race) -> Finding:
+        context = self._race_context.get(id(race), {})
+        return build_finding(race, self._stream_names, self._tensor_names, context)
+
+    @staticmethod
+    def _dynamo_frames() -> int:
+        module = sys.modules.get("torch._dynamo.utils")
+        counters = getattr(module, "counters", None)
+        if counters is None:
+            return 0
+        try:
+            return int(counters["frames"]["total"])
+        except Exception:
+            return 0
+
+
+def _is_stream(value) -> bool:
+    module = type(value).__module__
+    return "cuda" in module and type(value).__name__ in ("Stream", "ExternalStream")
+
+
+def _user_frame():
+    """The innermost user frame on the current stack (or None)."""
+    try:
+        from .frames import is_user_file
+    except ImportError:  # pragma: no cover
+        return None
+    frame = sys._getframe(1)
+    while frame is not None:
+        if is_user_file(frame.f_code.co_filename):
+            return frame
+        frame = frame.f_back
+    return None
+
+
+def _collective_wrapper(check, name, original, signature, writes, reads):
+    parameters = list(signature.parameters)
+
+    def wrapper(*args, **kwargs):
+        if _ACTIVE is not check:
+            return original(*args, **kwargs)
+        try:
+            bound = signature.bind_partial(*args, **kwargs)
+        except TypeError:
+            return original(*args, **kwargs)
+        values = bound.arguments
+
+        def tensors(positions):
+            out = []
+            for position in positions:
+                if position >= len(parameters):
+                    continue
+                value = values.get(parameters[position])
+                if isinstance(value, (list, tuple)):
+                    out.extend(value)
+                elif value is not None:
+                    out.append(value)
+            return out
+
+        async_op = bool(values.get("async_op", name in ("isend", "irecv")))
+        return check._collective(
+            name, tensors(writes), tensors(reads), values.get("group"), async_op, lambda: original(*args, **kwargs)
+        )
+
+    wrapper.__wrapped__ = original
+    wrapper.__name__ = name
+    wrapper.__doc__ = original.__doc__
+    return wrapper
+
+
+# -- gpu_trace callbacks: registered once per process, gated by _ACTIVE --------
+
+
+def _engine_or_none():
+    check = _ACTIVE
+    if check is None or check._engine is None:
+        return None, None
+    return check, check._engine
+
+
+def _trace_event_record(event, stream):
+    check, engine = _engine_or_none()
+    if engine is None:
+        return
+    try:
+        engine.event_record(event, stream, _long_site())
+    except Exception as error:
+        check._internal_error("event_record", error)
+
+
+def _trace_event_wait(event, stream):
+    check, engine = _engine_or_none()
+    if engine is None:
+        return
+    try:
+        hint = getattr(_LOCAL, "hint", None)
+        if hint:
+            # Name the user's call (wait_stream), not the event it is built on.
+            engine.event_wait(event, stream, hint[1], kind=hint[0])
+        else:
+            engine.event_wait(event, stream, _long_site())
+    except Exception as error:
+        check._internal_error("event_wait", error)
+
+
+def _trace_event_sync(event):
+    check, engine = _engine_or_none()
+    if engine is None:
+        return
+    try:
+        engine.event_sync(event, _long_site())
+    except Exception as error:
+        check._internal_error("event_sync", error)
+
+
+def _trace_stream_sync(stream):
+    check, engine = _engine_or_none()
+    if engine is None:
+        return
+    try:
+        engine.stream_sync(stream, _long_site())
+    except Exception as error:
+        check._internal_error("stream_sync", error)
+
+
+def _trace_device_sync():
+    check, engine = _engine_or_none()
+    if engine is None:
+        return
+    try:
+        engine.device_sync(_long_site())
+    except Exception as error:
+        check._internal_error("device_sync", error)
+
+
+def _trace_free(pointer):
+    check, engine = _engine_or_none()
+    if engine is None:
+        return
+    try:
+        check._allocs.pop(pointer, None)
+        engine.free(pointer)
+    except Exception as error:
+        check._internal_error("free", error)
+
+
+def _trace_stream_created(stream):
+    check = _ACTIVE
+    if check is None:
+        return
+    try:
+        check._activate("a CUDA stream was created")
+        if check._engine is not None:
+            check._engine.stream_created(stream)
+    except Exception as error:
+        check._internal_error("stream_creation", error)
+
+
+def _trace_event_deleted(event):
+    check, engine = _engine_or_none()
+    if engine is None:
+        return
+    engine.forget_event(event)
+
+
+# -- reports (pure functions: tested on CPU) -----------------------------------
+
+
+def _frames(site) -> List[Frame]:
+    return [Frame(file, line, function) for file, line, function in (site or ())]
+
+
+def _where(site) -> str:
+    if not site:
+        return "<unknown>"
+    file, line, _ = site[0]
+    return f"{file}:{line}" if line else file
+
+
+def stream_label(key, names: Dict[Hashable, str]) -> str:
+    if isinstance(key, CollectiveStream):
+        return str(key)
+    if key == DEFAULT_STREAM:
+        return "the default stream"
+    name = names.get(key)
+    if name:
+        return f"stream `{name}`"
+    return f"stream {key:#x}" if isinstance(key, int) else f"stream {key}"
+
+
+def stream_expr(key, names: Dict[Hashable, str], current: bool = False) -> str:
+    """How to write the stream in code at the user's site."""
+    if key == DEFAULT_STREAM:
+        return "torch.cuda.current_stream()" if current else "torch.cuda.default_stream()"
+    name = names.get(key)
+    if name:
+        return name
+    return "side_stream" if isinstance(key, int) else str(key)
+
+
+def describe_sync(race: Race, names: Dict[Hashable, str]) -> str:
+    note = race.last_sync
+    if note is None:
+        return (
+            f"{stream_label(race.later.stream, names)} and {stream_label(race.earlier.stream, names)} "
+            "were never synchronized"
+        )
+    how = {
+        "wait_stream": "wait_stream",
+        "event": "an event wait",
+        "stream_sync": "a stream synchronize (or a syncing call such as .item())",
+        "event_sync": "Event.synchronize()",
+        "device_sync": "torch.cuda.synchronize()",
+        "work_wait": "Work.wait()",
+        "collective_launch": "the collective launch",
+    }.get(note.kind, note.kind)
+    return (
+        f"last synchronized by {how} at {_where(note.site)}, which covers "
+        f"{stream_label(race.earlier.stream, names)} up to seq {note.covered_seq}; the first access is seq "
+        f"{race.earlier.seq}, issued after it"
+    )
+
+
+def fix_hint(race: Race, names: Dict[Hashable, str], tensor_names: Dict[int, str]) -> str:
+    earlier, later = race.earlier, race.later
+    first, second = _where(earlier.site), _where(later.site)
+    waiter = stream_expr(later.stream, names, current=True)
+    waitee = stream_expr(earlier.stream, names)
+    via = earlier.via or ()
+    if via and via[0] == "collective":
+        return (
+            f"call `work.wait()` on the handle returned by {earlier.op} at {first} before {later.op} at {second} "
+            f"(or pass async_op=False)"
+        )
+    if race.kind == "reuse":
+        previous = earlier.alloc
+        owner = tensor_names.get(getattr(previous, "start", -1), "the previous tensor")
+        return (
+            f"the memory was freed while {stream_label(earlier.stream, names)} could still use it: call "
+            f"`{owner}.record_stream({waitee})` after its last use there ({first}), or make the allocating stream "
+            f"wait for it (`torch.cuda.current_stream().wait_stream({waitee})`) before the tensor is freed"
+        )
+    if race.early_event is not None:
+        return (
+            f"the event waited on at {_where(race.early_event.site)} was recorded at "
+            f"{_where(race.early_event.record_site)}, before {earlier.op} at {first}: record it after that "
+            f"access (`event.record({waitee})` below {first}) and keep `event.wait({waiter})`"
+        )
+    if via and via[0] == "graph replay":
+        return (
+            f"after `graph.replay()` at {_where(via[1])} on {stream_label(earlier.stream, names)}, call "
+            f"`{waiter}.wait_stream({waitee})` before {later.op} at {second}"
+        )
+    return (
+        f"before {later.op} at {second}, make {stream_label(later.stream, names)} wait for "
+        f"{stream_label(earlier.stream, names)}: `{waiter}.wait_stream({waitee})`, or record an event on "
+        f"{waitee} after {earlier.op} at {first} and call `event.wait({waiter})`"
+        + (
+            f"; if the tensor is freed while {waitee} may still use it, also call `tensor.record_stream({waitee})`"
+            if earlier.stream != DEFAULT_STREAM and later.stream == DEFAULT_STREAM and earlier.is_write is False
+            else ""
+        )
+    )
+
+
+def _access_json(record, names, stack) -> Dict[str, Any]:
+    site = stack or record.site
+    frames = _frames(site)
+    data = {
+        "op": record.op,
+        "argument": record.arg,
+        "mode": record.mode,
+        "stream": stream_label(record.stream, names),
+        "seq": record.seq,
+        "bytes": [hex(record.start), hex(record.end)],
+        "file": frames[0].file if frames else None,
+        "line": frames[0].line if frames else None,
+        "stack": [f.to_json() for f in frames],
+    }
+    if record.via:
+        data["via"] = record.via[0]
+        if record.via[0] == "graph replay":
+            data["replay_site"] = _where(record.via[1])
+    return data
+
+
+def build_finding(race: Race, names, tensor_names, context) -> Finding:
+    earlier, later = race.earlier, race.later
+    later_stack = context.get("stack") or later.site
+    frames = _frames(later_stack)
+    tensor = later.tensor or earlier.tensor
+    tensor_json = tensor.to_json() if isinstance(tensor, _TensorInfo) else None
+    tensor_name = None
+    if isinstance(tensor, _TensorInfo):
+        tensor_name = tensor_names.get(tensor.base)
+        if tensor_json is not None:
+            tensor_json["name"] = tensor_name
+            tensor_json["byte_ranges"] = {
+                "first": [earlier.start - tensor.base, earlier.end - tensor.base],
+                "second": [later.start - tensor.base, later.end - tensor.base],
+                "overlap": [race.overlap[0] - tensor.base, race.overlap[1] - tensor.base],
+            }
+    described = ""
+    if isinstance(tensor, _TensorInfo):
+        described = f" on {('`' + tensor_name + '` ') if tensor_name else ''}{tuple(tensor.shape)} {str(tensor.dtype).replace('torch.', '')}"
+    reuse = race.kind == "reuse"
+    message = (
+        f"{'allocator-reuse race' if reuse else 'cross-stream race'}{described}: "
+        f"{earlier.mode} by {earlier.op} on {stream_label(earlier.stream, names)} ({_where(earlier.site)}) and "
+        f"{later.mode} by {later.op} on {stream_label(later.stream, names)} ({_where(later_stack)}) are not ordered; "
+        f"{describe_sync(race, names)}"
+    )
+    details: Dict[str, Any] = {
+        "cause": race.kind,
+        "tensor": tensor_json,
+        "first": _access_json(earlier, names, None),
+        "second": _access_json(later, names, later_stack),
+        "last_sync": describe_sync(race, names),
+        "never_synchronized": race.last_sync is None,
+        "step": context.get("step"),
+    }
+    alloc = later.alloc
+    if alloc is not None:
+        details["allocation"] = {"file": _where(alloc.site), "stack": [f.to_json() for f in _frames(alloc.site)]}
+    if reuse and earlier.alloc is not None:
+        details["previous_owner"] = {
+            "file": _where(earlier.alloc.site),
+            "stack": [f.to_json() for f in _frames(earlier.alloc.site)],
+            "bytes": [hex(earlier.alloc.start), hex(earlier.alloc.end)],
+        }
+    if race.early_event is not None:
+        details["early_event"] = {
+            "recorded_at": _where(race.early_event.record_site),
+            "waited_at": _where(race.early_event.site),
+        }
+    first = frames[0] if frames else None
+    return Finding(
+        kind=RACE,
+        severity="error",
+        message=message,
+        file=first.file if first else None,
+        line=first.line if first else None,
+        function=first.function if first else None,
+        stack=frames,
+        count=race.count,
+        rule=None,
+        fix_hint=fix_hint(race, names, tensor_names),
+        details=details,
+    )
