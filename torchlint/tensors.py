@@ -205,3 +205,82 @@ def device_move(ctx: "FileContext", call: cst.Call) -> Optional[str]:
         return None
     return device_kind(ctx, device_arg)
 
+
+
+# -- "does this tensor require grad?" (TL302) -------------------------------------
+# Results that carry no autograd history, whatever their input.
+_NO_GRAD_RESULTS = frozenset(
+    """
+    detach item tolist numpy argmax argmin long int bool short byte eq ne gt ge lt le isnan isinf isfinite
+    logical_and logical_or logical_not logical_xor size dim numel nonzero sign count_nonzero
+    """.split()
+)
+_TORCH_FACTORY = re.compile(
+    r"^torch\.(zeros|ones|empty|full|tensor|as_tensor|arange|linspace|logspace|rand|randn|randint|randperm|eye|"
+    r"zeros_like|ones_like|empty_like|full_like|rand_like|randn_like|randint_like|from_numpy)$"
+)
+
+
+def requires_grad_evidence(ctx: "FileContext", expr: cst.BaseExpression, _seen: Optional[Set[str]] = None) -> Optional[bool]:
+    """Does ``expr`` evidently carry autograd history? True for model and loss
+    outputs and arithmetic on them; False for detached values, host reads,
+    integer/boolean results and factory tensors; None when unknown. Whether
+    autograd is on at the site (``no_grad``, training) is the caller's
+    question. Ask at visit time, like ``tensor_evidence``."""
+    seen = _seen if _seen is not None else set()
+    if isinstance(expr, (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.FormattedString, cst.ConcatenatedString)):
+        return False
+    if isinstance(expr, (cst.List, cst.Tuple, cst.Dict, cst.Set, cst.ListComp, cst.DictComp, cst.SetComp, cst.Comparison)):
+        return False
+    if isinstance(expr, cst.UnaryOperation):
+        return False if isinstance(expr.operator, cst.Not) else requires_grad_evidence(ctx, expr.expression, seen)
+    if isinstance(expr, cst.BinaryOperation):
+        answers = [requires_grad_evidence(ctx, part, seen) for part in (expr.left, expr.right)]
+        if any(a is True for a in answers):
+            return True
+        return False if all(a is False for a in answers) else None
+    if isinstance(expr, cst.Subscript):
+        return requires_grad_evidence(ctx, expr.value, seen)
+    if isinstance(expr, cst.Attribute) and expr.attr.value in ("data", "grad", "shape", "dtype", "device", "requires_grad"):
+        return False
+    if isinstance(expr, cst.Call):
+        return _call_grad_evidence(ctx, expr, seen)
+    if isinstance(expr, (cst.Name, cst.Attribute)):
+        name = dotted_name(expr)
+        if name is None or name in seen:
+            return None
+        seen.add(name)
+        value = ctx.value_of(name)
+        if value is not None:
+            if isinstance(value, cst.Name) and value.value == "__unpacked__":
+                return None
+            return requires_grad_evidence(ctx, value, seen)
+        return True if tensor_evidence(ctx, expr) is True else None
+    return None
+
+
+def _call_grad_evidence(ctx: "FileContext", call: cst.Call, seen: Set[str]) -> Optional[bool]:
+    func = call.func
+    if isinstance(func, cst.Name) and func.value in ("float", "int", "bool", "len", "str", "round", "repr", "format"):
+        return False
+    qname = ctx.names.qualified_name(func)
+    if qname is not None:
+        if _TORCH_FACTORY.match(qname):
+            flag = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "requires_grad"), None)
+            return True if isinstance(flag, cst.Name) and flag.value == "True" else False
+        if qname.startswith(_NUMPY) or qname.startswith(("math.", "time.", "random.", "builtins.", "statistics.")):
+            return False
+        if qname.startswith("torch."):
+            if _TORCH_NON_TENSOR.match(qname):
+                return None
+            answers = [requires_grad_evidence(ctx, a.value, seen) for a in call.args if a.keyword is None and not a.star]
+            if any(a is True for a in answers):
+                return True
+            return None
+    if isinstance(func, cst.Attribute):
+        method = func.attr.value
+        if method in _NO_GRAD_RESULTS or method in HOST_READS and method != "cpu":
+            return False
+        if method in _TENSOR_METHODS:
+            return requires_grad_evidence(ctx, func.value, seen)
+    return True if tensor_evidence(ctx, call) is True else None
