@@ -1,0 +1,105 @@
+"""The script runner: __main__ semantics, exit codes, --strict, the report; no CUDA needed."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from san_sync_helpers import LIBRARY_SOURCE
+
+pytest.importorskip("torch")
+
+
+def run(args, cwd, force=False):
+    env = dict(os.environ)
+    env.pop("TORCHLINT_SANITIZER_FORCE", None)
+    if force:
+        env["TORCHLINT_SANITIZER_FORCE"] = "1"
+    return subprocess.run([sys.executable, "-m", "torchlint.sanitizer", *args], capture_output=True, text=True,
+                          cwd=cwd, env=env)
+
+
+@pytest.fixture
+def scripts(tmp_path):
+    (tmp_path / "helper.py").write_text("VALUE = 42\n")
+    site = tmp_path / "site-packages" / "fakecuda"
+    site.mkdir(parents=True)
+    (site / "__init__.py").write_text(LIBRARY_SOURCE)
+    (tmp_path / "show.py").write_text(textwrap.dedent("""
+        import json, sys
+        import helper
+        print(json.dumps({"argv": sys.argv, "name": __name__, "path0": sys.path[0], "value": helper.VALUE}))
+        if __name__ == "__main__":
+            sys.exit(int(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1].isdigit() else 0)
+    """))
+    (tmp_path / "boom.py").write_text("def inner():\n    raise ValueError('kaboom')\n\ninner()\n")
+    (tmp_path / "message.py").write_text("import sys\nsys.exit('bad input')\n")
+    (tmp_path / "syncing.py").write_text(textwrap.dedent("""
+        import os, sys
+        sys.path.insert(0, os.path.join(os.path.dirname(__file__), "site-packages"))
+        import fakecuda
+        for _ in range(3):
+            fakecuda.read_back(1)  # SYNC
+    """))
+    return tmp_path
+
+
+def test_script_runs_as_main_with_its_argv_and_folder(scripts):
+    done = run(["show.py", "x", "--flag", "-v"], cwd=scripts)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout.splitlines()[0])
+    assert data == {"argv": ["show.py", "x", "--flag", "-v"], "name": "__main__", "path0": str(scripts), "value": 42}
+    assert "no CUDA device: GPU sanitizer inactive" in done.stderr
+
+
+def test_runner_options_before_the_script_are_the_runner_s(scripts):
+    done = run(["--checks", "sync", "--warmup-steps", "0", str(scripts / "show.py"), "--checks", "x"], cwd="/")
+    data = json.loads(done.stdout.splitlines()[0])
+    assert data["argv"][1:] == ["--checks", "x"] and data["path0"] == str(scripts)
+
+
+def test_exit_codes_are_the_script_s(scripts):
+    assert run(["show.py", "7"], cwd=scripts).returncode == 7
+    boom = run(["boom.py"], cwd=scripts)
+    assert boom.returncode == 1
+    assert "ValueError: kaboom" in boom.stderr and 'boom.py", line 2, in inner' in boom.stderr
+    assert "runpy" not in boom.stderr  # the traceback starts at the script, as under python script.py
+    message = run(["message.py"], cwd=scripts)
+    assert message.returncode == 1 and "bad input" in message.stderr
+
+
+def test_strict_exits_3_on_failing_findings_and_writes_the_report(scripts):
+    done = run(["--checks", "sync", "--strict", "--report-json", "out/r.json", "syncing.py"], cwd=scripts, force=True)
+    assert done.returncode == 3, done.stderr
+    assert "syncing.py:6: sync other x3, stall not timed" in done.stderr
+    report = json.loads((scripts / "out" / "r.json").read_text())
+    assert report["version"] == 1 and report["steps"]["source"] == "none"
+    [finding] = report["findings"]
+    assert finding["line"] == 6 and finding["count"] == 3 and finding["file"].endswith("syncing.py")
+
+
+def test_without_strict_findings_do_not_change_the_exit_code(scripts):
+    assert run(["--checks", "sync", "syncing.py"], cwd=scripts, force=True).returncode == 0
+    narrowed = run(["--checks", "sync", "--strict", "--fail-on", "race", "syncing.py"], cwd=scripts, force=True)
+    assert narrowed.returncode == 0
+
+
+def test_strict_keeps_a_failing_script_s_own_code(scripts):
+    assert run(["--checks", "sync", "--strict", "show.py", "5"], cwd=scripts, force=True).returncode == 5
+
+
+def test_usage_errors_exit_2(scripts):
+    bad_checks = run(["--checks", "speed", "show.py"], cwd=scripts)
+    assert bad_checks.returncode == 2 and "valid checks: sync, memory, race" in bad_checks.stderr
+    missing = run(["nope.py"], cwd=scripts)
+    assert missing.returncode == 2 and "nope.py: no such file" in missing.stderr
+
+
+def test_console_script_is_the_same_runner(scripts):
+    exe = os.path.join(os.path.dirname(sys.executable), "torchlint-sanitize")
+    if not os.path.exists(exe):
+        pytest.skip("console script not installed")
+    done = subprocess.run([exe, "show.py", "4"], capture_output=True, text=True, cwd=scripts)
+    assert done.returncode == 4 and "torchlint-sanitize: no CUDA device" in done.stderr
