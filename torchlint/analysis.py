@@ -32,7 +32,10 @@ _SET_GRAD_ENABLED = frozenset({"torch.set_grad_enabled", "torch.autograd.set_gra
 CUDA_AVAILABILITY = frozenset({"torch.cuda.is_available", "torch.cuda.device_count", "torch.cuda.is_initialized"})
 
 # A guard named like one of these runs its body every N steps, not every step.
-_PERIODIC_NAME = re.compile(r"(?i)(every|interval|periodic|should_log|is_log|log_step|do_log|log_now|_freq|frequency)")
+_PERIODIC_NAME = re.compile(
+    r"(?i)(every|interval|periodic|should_log|is_log|log_step|do_log|log_now|_freq|frequency|"
+    r"should_save|should_eval|should_evaluate|do_eval)"
+)
 _INDEX_NAME = re.compile(r"(?i)(step|idx|index|iter|batch|^i$|^j$|^it$|^n$)")
 
 

@@ -41,6 +41,8 @@ _MODEL_CALLEE = re.compile(
 )
 _TENSOR_NAME = re.compile(r"(?i)^(loss|losses|total_loss|.+_loss|loss_\w+|logits|outputs?|preds?|predictions|correct|grad_norm)$")
 _NUMPY = ("numpy.", "np.")
+# Predicates and getters named after a model return bools or modules, not tensors.
+_PREDICATE_CALLEE = re.compile(r"^_*(is|has|should|can|use|get|load|build|create|make|init)_")
 
 
 def tensor_evidence(ctx: "FileContext", expr: cst.BaseExpression, _seen: Optional[Set[str]] = None) -> Optional[bool]:
@@ -86,6 +88,8 @@ def _call_evidence(ctx: "FileContext", call: cst.Call, seen) -> Optional[bool]:
     if isinstance(func, cst.Name):
         if func.value in ("float", "int", "bool", "len", "str", "round", "sum", "max", "min", "abs", "range", "repr"):
             return False
+        if _PREDICATE_CALLEE.match(func.value):
+            return False  # `_is_peft_model(m)`, `has_model(...)`: a bool, not a model output
         if _MODEL_CALLEE.search(func.value):
             return True
         return None
