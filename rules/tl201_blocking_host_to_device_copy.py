@@ -529,7 +529,10 @@ class BlockingHostToDeviceCopy(Rule):
             pinned, where = self._pinned(origin)
             if pinned is False:
                 continue
-            what = f"`.{call.func.attr.value}()`"  # type: ignore[attr-defined]
+            arguments = ", ".join(self.ctx.code_for(arg).rstrip(", ") for arg in call.args)
+            if len(arguments) > 40:
+                arguments = "..."
+            what = f"`.{call.func.attr.value}({arguments})`"  # type: ignore[attr-defined]
             if pinned:
                 message = (
                     f"{what} copies pinned batch data ({where}) to the GPU without `non_blocking=True`, "
