@@ -21,10 +21,14 @@ def _line():
     return sys._getframe(1).f_lineno
 
 
+_BUSY = {}
+
+
 def _busy(ms=20):
-    # Queue GPU work so that a sync really waits (torch.cuda._sleep spins for N cycles).
-    if hasattr(torch.cuda, "_sleep"):
-        torch.cuda._sleep(int(ms * 1.5e6))
+    # Queue tens of milliseconds of GPU work so that a sync really waits.
+    a = _BUSY.setdefault("a", torch.randn(4096, 4096, device="cuda"))
+    for _ in range(max(1, ms // 2)):
+        a = a @ _BUSY["a"] * 1e-3
 
 
 def _sites(session):
