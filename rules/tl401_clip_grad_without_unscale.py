@@ -516,8 +516,9 @@ class ClipGradWithoutUnscale(Rule):
         # scope (function node or None) -> events in source order
         self.events: Dict[Optional[cst.CSTNode], List[_Event]] = {}
         self.scope_info: Dict[Optional[cst.CSTNode], Optional[FunctionInfo]] = {}
-        self.scalers: Set[str] = set()  # dotted names holding an enabled-or-unknown GradScaler
-        self.disabled: Set[str] = set()  # dotted names holding GradScaler(enabled=False)
+        # (scope, dotted name) holding an enabled-or-unknown GradScaler / a GradScaler(enabled=False)
+        self.scalers: Set[Tuple[Optional[cst.CSTNode], str]] = set()
+        self.disabled: Set[Tuple[Optional[cst.CSTNode], str]] = set()
         # local name of a scaled loss -> the scaler that scaled it
         self.scaled_values: Dict[Tuple[Optional[cst.CSTNode], str], str] = {}
 
@@ -530,11 +531,13 @@ class ClipGradWithoutUnscale(Rule):
             return
         constructor = self._scaler_constructor(node.value)
         if constructor is not None:
+            # a plain name is local to its function; an attribute (self.scaler) is module-wide
+            key = (self._scope() if "." not in target else None, target)
             enabled = keyword(constructor, "enabled")
             if enabled is not None and literal_bool(enabled.value) is False:
-                self.disabled.add(target)
+                self.disabled.add(key)
             else:
-                self.scalers.add(target)
+                self.scalers.add(key)
             return
         value = node.value
         if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value == "scale":
@@ -577,20 +580,28 @@ class ClipGradWithoutUnscale(Rule):
         self.events.setdefault(scope, []).append(_Event(kind, scaler, call, tuple(self.ctx.stack), clip_name))
 
     # -- decide ------------------------------------------------------------------
-    def _is_scaler(self, name: Optional[str]) -> bool:
-        if name is None or name in self.disabled:
+    def _lookup(self, table: Set[Tuple[Optional[cst.CSTNode], str]], scope: Optional[cst.CSTNode], name: str) -> bool:
+        if "." in name:
+            return (None, name) in table
+        if (scope, name) in table:
+            return True
+        # a module-level scaler is visible in functions that do not bind the name
+        return (None, name) in table and not any((scope, name) in t for t in (self.scalers, self.disabled))
+
+    def _is_scaler(self, scope: Optional[cst.CSTNode], name: Optional[str]) -> bool:
+        if name is None or self._lookup(self.disabled, scope, name):
             return False
-        return name in self.scalers or bool(_SCALER_NAME.search(name.rsplit(".", 1)[-1]))
+        return self._lookup(self.scalers, scope, name) or bool(_SCALER_NAME.search(name.rsplit(".", 1)[-1]))
 
     def finish(self) -> None:
         scaled_anywhere = {e.scaler for events in self.events.values() for e in events if e.kind == SCALE}
-        for events in self.events.values():
-            events = [e for e in events if e.kind == CLIP or self._is_scaler(e.scaler)]
+        for scope, events in self.events.items():
+            events = [e for e in events if e.kind == CLIP or self._is_scaler(scope, e.scaler)]
             for index, clip in enumerate(events):
                 if clip.kind == CLIP:
-                    self._judge(clip, events[:index], events[index + 1 :], scaled_anywhere)
+                    self._judge(scope, clip, events[:index], events[index + 1 :], scaled_anywhere)
 
-    def _judge(self, clip: _Event, before: List[_Event], after: List[_Event], scaled_anywhere: Set[Optional[str]]) -> None:
+    def _judge(self, scope: Optional[cst.CSTNode], clip: _Event, before: List[_Event], after: List[_Event], scaled_anywhere: Set[Optional[str]]) -> None:
         on_path_before = [e for e in before if e.kind != CLIP and not exclusive_branches(e.stack, clip.stack)]
         on_path_after = [e for e in after if e.kind != CLIP and not exclusive_branches(e.stack, clip.stack)]
         last = on_path_before[-1] if on_path_before else None
@@ -614,7 +625,7 @@ class ClipGradWithoutUnscale(Rule):
         elif last is None and next_step is not None:
             # backward lives in another function: judge only scalers the module creates
             scaler = next_step.scaler
-            if scaler in self.scalers and scaler in scaled_anywhere:
+            if scaler is not None and self._lookup(self.scalers, scope, scaler) and scaler in scaled_anywhere:
                 if any(e.kind == SCALE for e in on_path_after[: on_path_after.index(next_step)]):
                     return
                 self._report_before_step(clip, scaler, next_step, on_path_after)

@@ -30,8 +30,13 @@ _EXEMPT_CALLEES = (
 # An ``if`` testing something like this chooses between devices: both
 # branches exist on purpose (``if args.cuda:``, ``if device == "cpu":``).
 _DEVICE_CHOICE = re.compile(r"(?i)(cuda|gpu|cpu|mps|xla|tpu|device|accelerat|hpu|npu|xpu)")
-# A decorator or function name saying "this needs CUDA": CUDA-only by design.
+# A decorator saying "this needs CUDA": CUDA-only by design.
 _CUDA_ONLY = re.compile(r"(?i)(cuda|gpu)")
+# Function, class and file names of code that is CUDA-only by design: CUDA,
+# cuDNN, NCCL, Triton kernels, GPU benchmarks.
+_CUDA_ONLY_CODE = re.compile(r"(?i)(cuda|cudnn|gpu|triton|nccl|cutlass|nvidia|bench)")
+# Classes whose ``device`` is a device *type* (GradScaler and autocast subclasses).
+_DEVICE_TYPE_CLASS = re.compile(r"(?i)(scaler|autocast)")
 
 
 def is_cuda_literal(node: cst.CSTNode) -> bool:
@@ -64,12 +69,20 @@ class HardcodedCudaDevice(Rule):
     - in device-*type* arguments (`torch.autocast("cuda", …)`,
       `torch.amp.GradScaler("cuda")`, `device_type="cuda"`) and arguments of
       `torch.cuda.*` calls themselves;
+    - in a `try` body that has an `except` fallback, and in assignments to
+      a name that says it is the CUDA device (`cuda_device = "cuda:0"`);
+    - in a parameter default the function never uses (a signature kept for
+      compatibility) or compares with another device (`if device == "cpu":`),
+      and in `device` parameters of GradScaler/autocast subclasses (a device
+      type);
     - in code that is CUDA-only by design: functions or classes whose
       decorator mentions CUDA or a GPU (`@unittest.skipIf(not TEST_CUDA, …)`,
       `@pytest.mark.skipif(not torch.cuda.is_available(), …)`,
-      `@requires_cuda`, `@onlyCUDA`), functions whose name mentions CUDA or
-      GPU (`def _forward_cuda`), and files whose path mentions CUDA
-      (`ops/cuda/`, `kernels_cuda.py`).
+      `@requires_cuda`, `@onlyCUDA`); functions, classes or base classes
+      whose name mentions CUDA, cuDNN, NCCL, Triton, a GPU or a benchmark
+      (`def _forward_cuda`, `class CUDATestBase`, `def benchmark`); files
+      whose path mentions them (`ops/cuda/`, `backends/cudnn/`,
+      `_triton_ops.py`); and modules that import `triton`.
 
     `.cuda(i)` with a variable index (`.cuda(args.gpu)`, `.cuda(local_rank)`)
     is not flagged: the author placed the value on a chosen GPU, as
@@ -355,7 +368,9 @@ class HardcodedCudaDevice(Rule):
         self.candidates: List[Tuple[Site, cst.CSTNode, str, Optional[Fix]]] = []
         self.module_devices: List[str] = []
         path = ctx.path.replace("\\", "/").lower()
-        self.cuda_only_file = any(_CUDA_ONLY.search(part) for part in path.split("/")[-3:])
+        self.cuda_only_file = any(_CUDA_ONLY_CODE.search(part) for part in path.split("/")[-3:])
+        # device parameters with a CUDA default: function node -> {param name: [used, compared]}
+        self.default_params: dict = {}
 
     # -- walk ------------------------------------------------------------------
     def visit_Call(self, node: cst.Call) -> None:
@@ -384,11 +399,34 @@ class HardcodedCudaDevice(Rule):
         if self.cuda_only_file or node.default is None or not is_cuda_literal(node.default):
             return
         if _DEVICE_NAME.match(node.name.value):
+            function = next((n for n in reversed(self.ctx.stack) if isinstance(n, cst.FunctionDef)), None)
+            if function is not None:
+                self.default_params.setdefault(function, {})[node.name.value] = [False, False]
             self._literal(
                 node.default,
                 f"the default `{node.name.value}={node.default.value}` hardcodes a CUDA device; default to None and pick an available device",
                 fixable=False,
             )
+
+    def visit_Name(self, node: cst.Name) -> None:
+        function = self.ctx.function
+        if function is not None and self.default_params:
+            params = self.default_params.get(function.node)
+            if params is not None and node.value in params:
+                params[node.value][0] = True
+
+    def visit_Comparison(self, node: cst.Comparison) -> None:
+        function = self.ctx.function
+        if function is None or not self.default_params:
+            return
+        params = self.default_params.get(function.node)
+        if not params:
+            return
+        operands = [node.left] + [c.comparator for c in node.comparisons]
+        if any(isinstance(o, cst.SimpleString) for o in operands):
+            for operand in operands:
+                if isinstance(operand, cst.Name) and operand.value in params:
+                    params[operand.value][1] = True
 
     def visit_Assign(self, node: cst.Assign) -> None:
         if len(node.targets) == 1:
@@ -482,15 +520,34 @@ class HardcodedCudaDevice(Rule):
 
     # -- decide ------------------------------------------------------------------
     def finish(self) -> None:
+        if self.ctx.names.imports_module("triton"):
+            return  # a module of Triton GPU kernels is CUDA-only by design
         for site, node, message, fix in self.candidates:
             if site.under_cuda_guard() or self._device_chosen(site) or self._cuda_only_by_design(site):
                 continue
+            if isinstance(site.parent, cst.Param) and self._default_is_a_choice(site):
+                continue
             self.report(node, message, fix)
+
+    def _default_is_a_choice(self, site: Site) -> bool:
+        """A CUDA default of a parameter the function never uses (a signature
+        kept for compatibility), or one it compares with other devices
+        (``if device == "cpu": ...``): the function supports several devices."""
+        param = site.parent
+        function = next((n for n in reversed(site.stack) if isinstance(n, cst.FunctionDef)), None)
+        state = self.default_params.get(function, {}).get(param.name.value)  # type: ignore[union-attr]
+        return state is not None and (not state[0] or state[1])
 
     def _device_chosen(self, site: Site) -> bool:
         for ancestor, child in site.ancestors():
+            if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
+                return False
             if isinstance(ancestor, cst.IfExp) and child is not ancestor.test:
                 return True
+            if isinstance(ancestor, cst.Try) and child is ancestor.body and ancestor.handlers:
+                return True  # tried, with a fallback when CUDA is missing
+            if isinstance(ancestor, cst.Assign) and any(_mentions(t.target, _CUDA_ONLY) for t in ancestor.targets):
+                return True  # ``cuda_device = ...``: knowingly the CUDA device
             if isinstance(ancestor, cst.If) and child is not ancestor.test and _mentions_device(ancestor.test):
                 return True
             if isinstance(ancestor, cst.Comparison):
@@ -500,7 +557,12 @@ class HardcodedCudaDevice(Rule):
     def _cuda_only_by_design(self, site: Site) -> bool:
         for ancestor, _ in site.ancestors():
             if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
-                if isinstance(ancestor, cst.FunctionDef) and _CUDA_ONLY.search(ancestor.name.value):
+                if _CUDA_ONLY_CODE.search(ancestor.name.value):
+                    return True
+                if isinstance(ancestor, cst.ClassDef) and (
+                    _DEVICE_TYPE_CLASS.search(ancestor.name.value)
+                    or any(_mentions(base.value, _CUDA_ONLY_CODE) or _mentions(base.value, _DEVICE_TYPE_CLASS) for base in ancestor.bases)
+                ):
                     return True
                 for decorator in ancestor.decorators:
                     if _mentions(decorator.decorator, _CUDA_ONLY):

@@ -224,6 +224,15 @@ class EvalWithoutNoGrad(Rule):
                 value = expr.eval()
                 return value
         """),
+        # the eval'd module is handed to a tracer; the name is rebound
+        Valid("""
+            import torch
+            def compile_for_inference(f, inps):
+                f = torch.jit.freeze(f.eval())
+                for _ in range(3):
+                    f(*inps)
+                return f
+        """),
         # eval and forward in different branches
         Valid("""
             def run(model, x, training):
@@ -497,6 +506,8 @@ class EvalWithoutNoGrad(Rule):
         if receiver:
             names.add(receiver)
         parent = self.ctx.stack[-2] if len(self.ctx.stack) > 1 else None
+        if isinstance(parent, cst.Arg):
+            return  # ``torch.jit.freeze(f.eval())``: the eval'd module is handed to someone else
         if isinstance(parent, cst.Assign) and parent.value is node:
             for target in parent.targets:
                 name = dotted_name(target.target)
