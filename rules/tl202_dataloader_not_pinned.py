@@ -1,0 +1,467 @@
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List, Optional
+
+import libcst as cst
+
+from torchlint.facts import LoaderInfo, keyword
+from torchlint.names import dotted_name, last_name
+from torchlint.rule import SAFE, UNSAFE, Invalid, Rule, Valid
+from torchlint.tensors import device_move
+
+# Methods that hand back the same batch data (or a view of it).
+_PASS_METHODS = frozenset({"view", "squeeze", "unsqueeze", "permute", "transpose", "float", "half", "long", "int", "contiguous", "get"})
+_PASS_THROUGH = ("enumerate", "tqdm", "iter", "islice", "progress", "track", "zip")
+# Calls that hand back a loader whose batches a framework places on the device.
+_FRAMEWORK_PLACES = frozenset({"prepare", "prepare_data_loader", "setup_dataloaders", "DeviceDataLoader"})
+
+
+@dataclass(frozen=True)
+class _Batches:
+    """Batch data: from iterating ``source`` in ``loop`` (or ``next(source)``)."""
+
+    source: cst.BaseExpression
+    loop: Optional[cst.CSTNode]
+
+
+class DataloaderNotPinned(Rule):
+    """## What it does
+    Flags a `DataLoader(...)` that does not pass `pin_memory=True` (the
+    keyword is left out, set to `False`, or `False` in a `**kwargs` dict)
+    when the batches it yields are copied to a CUDA device in the same
+    module: `.to(device)` / `.cuda()` on the loop variable of a loop over the
+    loader, or on a batch taken with `next(...)`.
+
+    It is the other half of TL201 (`blocking-host-to-device-copy`): for a
+    pinned loader TL201 asks for `non_blocking=True` at the copy; for an
+    unpinned one it stays silent, because `non_blocking` cannot help pageable
+    memory, and this rule points at the loader instead. When the batches are
+    copied in a function that receives the loader as a parameter, the rule
+    flags the module's unpinned loaders if the module has no pinned one.
+
+    Not flagged: loaders whose `pin_memory` is an expression (for example
+    `torch.cuda.is_available()`), loaders handed to a framework that moves the
+    batches itself (`accelerator.prepare(loader)`), and modules that never
+    copy batches to a device.
+
+    ## Why is this bad?
+    Copies to the GPU from ordinary (pageable) host memory go through a
+    staging buffer and block the host. With `pin_memory=True` the loader's
+    worker thread puts each batch in page-locked memory, from which the copy
+    is faster and can overlap with compute when made with
+    `non_blocking=True`.
+
+    ## Known problems
+    Pinning fails when the dataset already returns CUDA tensors; a loader
+    whose batches are already on the GPU needs no `.to(device)` either.
+    Page-locked memory is a limited resource: very large batches with many
+    workers can exhaust it.
+
+    ## Example
+    ```python
+    from torch.utils.data import DataLoader
+
+    loader = DataLoader(dataset, batch_size=64, shuffle=True, num_workers=4)
+    for images, labels in loader:
+        images, labels = images.to(device), labels.to(device)
+    ```
+
+    Use instead:
+    ```python
+    from torch.utils.data import DataLoader
+
+    loader = DataLoader(dataset, batch_size=64, shuffle=True, num_workers=4, pin_memory=True)
+    for images, labels in loader:
+        images = images.to(device, non_blocking=True)
+        labels = labels.to(device, non_blocking=True)
+    ```
+
+    ## Fix safety
+    Adding `pin_memory=True` where the keyword is missing is safe: it changes
+    where the batches live on the host, not their values. Replacing an
+    explicit `pin_memory=False` is unsafe, because the author chose it
+    (perhaps to save page-locked memory). A `False` inside a `**kwargs` dict
+    is reported without a fix.
+
+    ## References
+    - [CUDA semantics: use pinned memory buffers](https://pytorch.org/docs/stable/notes/cuda.html#use-pinned-memory-buffers)
+    - [`torch.utils.data`: memory pinning](https://pytorch.org/docs/stable/data.html#memory-pinning)
+    - [A guide on good usage of `non_blocking` and `pin_memory()`](https://pytorch.org/tutorials/intermediate/pinmem_nonblock.html)
+    - [Performance tuning guide: enable async data loading and augmentation](https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html#enable-async-data-loading-and-augmentation)
+    """
+
+    code = "TL202"
+    name = "dataloader-not-pinned"
+    summary = "A DataLoader whose batches are copied to the GPU does not use pinned memory"
+    fix_availability = "sometimes"
+    requires_any = ("DataLoader",)
+
+    VALID = [
+        Valid("""
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, batch_size=32, pin_memory=True)
+            for x, y in loader:
+                x = x.to(device, non_blocking=True)
+        """),
+        # No copy to a device: a CPU-only script.
+        Valid("""
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, batch_size=32)
+            for x, y in loader:
+                loss = model(x).sum()
+        """),
+        # pin_memory decided at run time.
+        Valid("""
+            import torch
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, pin_memory=torch.cuda.is_available())
+            for x, y in loader:
+                x = x.cuda()
+        """),
+        # kwargs that cannot be seen.
+        Valid("""
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, **loader_kwargs)
+            for x, y in loader:
+                x = x.cuda()
+        """),
+        # Pinned through a kwargs dict.
+        Valid("""
+            from torch.utils.data import DataLoader
+            kwargs = {"num_workers": 4, "pin_memory": True}
+            loader = DataLoader(ds, **kwargs)
+            for x, y in loader:
+                x = x.to(device, non_blocking=True)
+        """),
+        # A framework moves the batches.
+        Valid("""
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, batch_size=8)
+            loader = accelerator.prepare(loader)
+            for batch in loader:
+                out = model(batch)
+        """),
+        # Moving to the CPU, or a dtype cast, is not a copy to the GPU.
+        Valid("""
+            import torch
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, batch_size=8)
+            for x, y in loader:
+                x = x.to(torch.float16)
+                y = y.to("cpu")
+        """),
+        # Only the model moves.
+        Valid("""
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, batch_size=8)
+            model.to(device)
+            for x, y in loader:
+                out = model(x)
+        """),
+        # The copied value is not batch data.
+        Valid("""
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, batch_size=8)
+            for x, y in loader:
+                mask = template.to(device)
+        """),
+        # Another module's DataLoader class without pin_memory, not iterated here.
+        Valid("""
+            from torch.utils.data import DataLoader
+            def make_loader(ds):
+                return DataLoader(ds, batch_size=8)
+        """),
+    ]
+
+    INVALID = [
+        Invalid(
+            """
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, batch_size=32, shuffle=True)
+            for x, y in loader:
+                x, y = x.to(device), y.to(device)
+            """,
+            fixed="""
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, batch_size=32, shuffle=True, pin_memory=True)
+            for x, y in loader:
+                x, y = x.to(device), y.to(device)
+            """,
+            line=2,
+            message="pin_memory",
+        ),
+        # Explicit False: unsafe fix.
+        Invalid(
+            """
+            import torch
+            loader = torch.utils.data.DataLoader(ds, pin_memory=False)
+            for batch in loader:
+                batch = batch.cuda()
+            """,
+            fixed=None,
+        ),
+        Invalid(
+            """
+            import torch
+            loader = torch.utils.data.DataLoader(ds, pin_memory=False)
+            for batch in loader:
+                batch = batch.cuda()
+            """,
+            fixed="""
+            import torch
+            loader = torch.utils.data.DataLoader(ds, pin_memory=True)
+            for batch in loader:
+                batch = batch.cuda()
+            """,
+            unsafe_fixes=True,
+        ),
+        # pin_memory False in a kwargs dict: reported, no fix.
+        Invalid(
+            """
+            from torch.utils.data import DataLoader
+            kwargs = dict(batch_size=8, pin_memory=False)
+            train_loader = DataLoader(ds, **kwargs)
+            for step, (images, labels) in enumerate(train_loader):
+                images = images.cuda()
+            """,
+            fixed=None,
+            line=3,
+        ),
+        # Dict batches.
+        Invalid(
+            """
+            from torch.utils.data import DataLoader as DL
+            loader = DL(ds, batch_size=8, num_workers=2)
+            for batch in loader:
+                batch = {k: v.to(device) for k, v in batch.items()}
+                input_ids = batch["input_ids"].to(device)
+            """,
+            fixed="""
+            from torch.utils.data import DataLoader as DL
+            loader = DL(ds, batch_size=8, num_workers=2, pin_memory=True)
+            for batch in loader:
+                batch = {k: v.to(device) for k, v in batch.items()}
+                input_ids = batch["input_ids"].to(device)
+            """,
+        ),
+        # next(iter(loader)).
+        Invalid(
+            """
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds)
+            it = iter(loader)
+            while True:
+                x, y = next(it)
+                x = x.to("cuda")
+            """,
+            fixed="""
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, pin_memory=True)
+            it = iter(loader)
+            while True:
+                x, y = next(it)
+                x = x.to("cuda")
+            """,
+        ),
+        # The loader is built in main() and iterated in a function that receives it.
+        Invalid(
+            """
+            from torch.utils.data import DataLoader
+
+            def train(model, loader, device):
+                for x, y in loader:
+                    x = x.to(device)
+                    loss = model(x, y)
+
+            def main():
+                train_loader = DataLoader(ds, batch_size=64,
+                                          shuffle=True)
+                train(model, train_loader, "cuda")
+            """,
+            fixed="""
+            from torch.utils.data import DataLoader
+
+            def train(model, loader, device):
+                for x, y in loader:
+                    x = x.to(device)
+                    loss = model(x, y)
+
+            def main():
+                train_loader = DataLoader(ds, batch_size=64,
+                                          shuffle=True, pin_memory=True)
+                train(model, train_loader, "cuda")
+            """,
+            line=9,
+        ),
+        # Two loaders, one pinned and one not: only the unpinned one that is copied.
+        Invalid(
+            """
+            from torch.utils.data import DataLoader
+            train_loader = DataLoader(train_ds, pin_memory=True)
+            val_loader = DataLoader(val_ds)
+            for x, y in train_loader:
+                x = x.to(device, non_blocking=True)
+            for x, y in val_loader:
+                x = x.to(device)
+            """,
+            fixed="""
+            from torch.utils.data import DataLoader
+            train_loader = DataLoader(train_ds, pin_memory=True)
+            val_loader = DataLoader(val_ds, pin_memory=True)
+            for x, y in train_loader:
+                x = x.to(device, non_blocking=True)
+            for x, y in val_loader:
+                x = x.to(device)
+            """,
+            line=3,
+        ),
+    ]
+
+    def __init__(self, ctx, options) -> None:
+        super().__init__(ctx, options)
+        self.scopes: List[Dict[str, _Batches]] = [{}]
+        self.placed_by_framework: set = set()
+        self.copied_sources: List[cst.BaseExpression] = []
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.scopes.append({})
+
+    def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.scopes.pop()
+
+    def visit_For(self, node: cst.For) -> None:
+        source = _unwrap(node.iter)
+        if self.ctx.facts.is_data_source(node.iter) and dotted_name(source) not in self.placed_by_framework:
+            for name in _target_names(node.target):
+                self.scopes[-1][name] = _Batches(source, node)
+        else:
+            batches = self._batches_of(source)
+            if batches is None and isinstance(source, cst.Call) and last_name(source.func) in ("items", "values"):
+                batches = self._batches_of(source.func.value)  # type: ignore[attr-defined]
+            if batches is not None:
+                for name in _target_names(node.target):
+                    self.scopes[-1][name] = batches
+
+    def _comprehension(self, node) -> None:
+        clause = node.for_in
+        while clause is not None:
+            iterable = clause.iter
+            if isinstance(iterable, cst.Call) and last_name(iterable.func) in ("items", "values"):
+                iterable = iterable.func.value
+            batches = self._batches_of(iterable)
+            if batches is not None:
+                for name in _target_names(clause.target):
+                    self.scopes[-1][name] = batches
+            clause = clause.inner_for_in
+
+    visit_DictComp = _comprehension
+    visit_ListComp = _comprehension
+    visit_GeneratorExp = _comprehension
+
+    def leave_Assign(self, node: cst.Assign) -> None:
+        value = node.value
+        batches: Optional[_Batches] = None
+        if isinstance(value, cst.Call) and last_name(value.func) in _FRAMEWORK_PLACES:
+            for target in node.targets:
+                self.placed_by_framework.update(_target_names(target.target))
+        if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value == "next" and value.args:
+            source = value.args[0].value
+            if self.ctx.facts.is_data_source(source):
+                inner = self.ctx.value_of(dotted_name(source))
+                if isinstance(inner, cst.Call) and last_name(inner.func) == "iter" and inner.args:
+                    source = inner.args[0].value
+                batches = _Batches(_unwrap(source), None)
+        elif isinstance(value, (cst.Tuple, cst.List)):
+            for element in value.elements:
+                batches = batches or self._batches_of(element.value)
+        else:
+            batches = self._batches_of(value)
+        for target in node.targets:
+            for name in _target_names(target.target):
+                if batches is not None:
+                    self.scopes[-1][name] = batches
+                else:
+                    self.scopes[-1].pop(name, None)
+
+    def _batches_of(self, expr: cst.BaseExpression) -> Optional[_Batches]:
+        node = expr
+        while True:
+            if isinstance(node, (cst.Subscript, cst.Attribute)):
+                node = node.value
+            elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in _PASS_METHODS:
+                node = node.func.value
+            elif isinstance(node, cst.Name):
+                return self.scopes[-1].get(node.value)
+            else:
+                return None
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if device_move(self.ctx, node) != "device":
+            return
+        batches = self._batches_of(node.func.value)  # type: ignore[attr-defined]
+        if batches is None:
+            return
+        if batches.loop is not None and not any(a is batches.loop for a in self.ctx.stack):
+            return  # after the loop: the last batch, once
+        self.copied_sources.append(batches.source)
+
+    def finish(self) -> None:
+        unpinned = [l for l in self.ctx.facts.loaders if l.pinned is False and not self._handed_to_framework(l)]
+        if not unpinned:
+            return
+        any_pinned = any(l.pinned is not False for l in self.ctx.facts.loaders)
+        flagged = set()
+        for source in self.copied_sources:
+            loader = self.ctx.facts.loader_for(source)
+            if loader is not None:
+                targets = [loader] if loader.pinned is False and loader in unpinned else []
+            elif not any_pinned:
+                targets = unpinned
+            else:
+                targets = []
+            for target in targets:
+                if id(target) not in flagged:
+                    flagged.add(id(target))
+                    self._report(target)
+
+    def _handed_to_framework(self, loader: LoaderInfo) -> bool:
+        return loader.target is not None and loader.target in self.placed_by_framework
+
+    def _report(self, loader: LoaderInfo) -> None:
+        call = loader.call
+        arg = keyword(call, "pin_memory")
+        message = (
+            "this DataLoader's batches are copied to the GPU in this module, but it does not use pinned memory"
+            " (`pin_memory=True`), so every copy is a blocking copy from pageable memory"
+        )
+        fix = None
+        if arg is not None:
+            fix = self.ctx.fix(UNSAFE, "Set `pin_memory=True`", self.ctx.replace(arg.value, "True"))
+        elif not any(a.star == "**" for a in call.args):
+            if call.args:
+                last = call.args[-1]
+                edit = self.ctx.replace(last.value, f"{self.ctx.code_for(last.value)}, pin_memory=True")
+            else:
+                edit = self.ctx.replace(call, f"{self.ctx.code_for(call.func)}(pin_memory=True)")
+            fix = self.ctx.fix(SAFE, "Add `pin_memory=True`", edit)
+        self.report(call, message, fix)
+
+
+def _unwrap(node: cst.BaseExpression) -> cst.BaseExpression:
+    while isinstance(node, cst.Call) and last_name(node.func) in _PASS_THROUGH and node.args:
+        node = node.args[0].value
+    return node
+
+
+def _target_names(target: cst.BaseExpression) -> List[str]:
+    if isinstance(target, cst.Name):
+        return [target.value]
+    if isinstance(target, (cst.Tuple, cst.List)):
+        names: List[str] = []
+        for element in target.elements:
+            names.extend(_target_names(element.value))
+        return names
+    if isinstance(target, cst.StarredElement):
+        return _target_names(target.value)
+    return []
