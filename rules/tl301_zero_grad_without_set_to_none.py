@@ -181,6 +181,12 @@ class ZeroGradWithoutSetToNone(Rule):
         Valid("""
             optimizer.zero_grad(set_to_none=args.set_to_none)
         """),
+        Valid("""
+            import pytest
+            def test_remote_module_rejects_zero_grad(remote_module):
+                with pytest.raises(ValueError):
+                    remote_module.zero_grad(set_to_none=False)
+        """),
         # Manual gradient accumulation into the zeros, under old torch.
         Valid("""
             optimizer.zero_grad()
@@ -391,7 +397,7 @@ class ZeroGradWithoutSetToNone(Rule):
         receiver = call.func.value  # type: ignore[attr-defined]
         if isinstance(receiver, cst.Call) and last_name(receiver.func) == "super":
             return
-        if any(arg.star for arg in call.args):
+        if any(arg.star for arg in call.args) or self._expects_an_error():
             return
         explicit = keyword(call, "set_to_none")
         positional = [arg for arg in call.args if arg.keyword is None]
@@ -424,6 +430,18 @@ class ZeroGradWithoutSetToNone(Rule):
                 loop_ref=[loop] if loop is not None else [],
             )
         )
+
+    def _expects_an_error(self) -> bool:
+        """Inside ``with pytest.raises(...)`` / ``self.assertRaises(...)``: the call is
+        expected to fail (an object whose zero_grad is not supported)."""
+        for node in self.ctx.stack:
+            if isinstance(node, cst.With):
+                for item in node.items:
+                    if isinstance(item.item, cst.Call):
+                        name = last_name(item.item.func) or ""
+                        if name == "raises" or name.startswith("assertRaises"):
+                            return True
+        return False
 
     # -- deciding ---------------------------------------------------------------------
     def finish(self) -> None:
