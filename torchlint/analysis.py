@@ -357,3 +357,35 @@ def outermost_loop_in_function(loop: LoopInfo) -> LoopInfo:
     while loop.parent is not None and loop.parent.function is loop.function:
         loop = loop.parent
     return loop
+
+
+_CONV_CLASS = re.compile(r"^(Lazy)?Conv(Transpose)?([123])d$")
+_CONV_FUNCTION = re.compile(r"^conv(_transpose)?([123])d$")
+_TORCHVISION_CONVNETS = re.compile(
+    r"^(resnet|resnext|wide_resnet|vgg|densenet|efficientnet|mobilenet|convnext|regnet|alexnet|googlenet|"
+    r"inception|mnasnet|shufflenet|squeezenet|fasterrcnn|maskrcnn|retinanet|fcn|deeplabv3|lraspp|r3d|r2plus1d|mc3)"
+)
+
+
+def conv_dims(qualified: Optional[str]) -> Optional[int]:
+    """Spatial dims of a convolution a call builds or runs: ``torch.nn.Conv2d`` -> 2,
+    ``torch.nn.functional.conv3d`` -> 3, a torchvision CNN constructor
+    (``torchvision.models.resnet50``) -> 2 (3 for video models); else None."""
+    if not qualified:
+        return None
+    module, _, last = qualified.rpartition(".")
+    if module.startswith("torch.nn") or module.startswith("torch.ao.nn"):
+        match = _CONV_CLASS.match(last) or _CONV_FUNCTION.match(last)
+        if match:
+            return int(match.groups()[-1])
+    if module.startswith("torchvision.models") and _TORCHVISION_CONVNETS.match(last):
+        return 3 if module.endswith("video") or last.startswith(("r3d", "r2plus1d", "mc3")) else 2
+    return None
+
+
+def torch_alias(ctx: "FileContext") -> Optional[str]:
+    """The local name bound to the ``torch`` package itself (``torch``, ``T``), if any."""
+    for local, full in ctx.names.aliases.items():
+        if full == "torch" and "." not in local:
+            return local
+    return None

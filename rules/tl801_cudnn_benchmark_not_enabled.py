@@ -1,0 +1,319 @@
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from torchlint.analysis import conv_dims, outermost_loop_in_function, torch_alias, training_entry_loop
+from torchlint.rule import UNSAFE, Invalid, Rule, Valid
+
+# The script already decides about cuDNN autotuning (either way), or asks for
+# determinism, which rules benchmark mode out.
+_DECIDED = re.compile(r"cudnn\W+benchmark|cudnn_benchmark|use_deterministic_algorithms|cudnn\W+deterministic|benchmark\s*=")
+
+
+class CudnnBenchmarkNotEnabled(Rule):
+    """## What it does
+    Flags a convolutional *training entry point* that never sets
+    `torch.backends.cudnn.benchmark`. Opt-in: enable it with
+    `--extend-select TL801`.
+
+    A training entry point is a module that runs as a script and trains: it
+    contains a training loop (a loop that calls `backward()` or an
+    optimizer's `step()`, directly or through a function of the module) and
+    either has an `if __name__ == "__main__":` block or top-level code that
+    reaches the training (a module-level training loop, or a module-level
+    call of a module function that trains). Library modules that only define
+    training functions are not entry points. It is convolutional when it
+    builds or runs a convolution: `nn.Conv1d/2d/3d` (and transposed/lazy
+    variants), `F.conv2d` and friends, or a torchvision CNN constructor
+    (`torchvision.models.resnet50()`, …). The finding points at the
+    outermost loop around the training loop.
+
+    The rule stays silent when the module mentions the setting at all
+    (`cudnn.benchmark = False` is a decision too, as is reading it from a
+    config), or asks for determinism (`torch.backends.cudnn.deterministic`,
+    `torch.use_deterministic_algorithms`).
+
+    ## Why is this bad?
+    With `benchmark = True`, cuDNN times the available convolution
+    algorithms the first time it sees each input shape and then uses the
+    fastest one. For convolutional networks with fixed input shapes this is
+    often a large speed-up for free.
+
+    **This is only right for fixed input shapes.** Every new shape triggers a
+    new round of benchmarking, so with variable image sizes, variable
+    sequence lengths or a ragged last batch (no `drop_last=True`), benchmark
+    mode can be slower than the default. It also makes algorithm choice, and
+    so results, vary from run to run. That is why the rule is opt-in.
+
+    ## Example
+    ```python
+    import torch
+    import torch.nn as nn
+
+    def main():
+        model = nn.Sequential(nn.Conv2d(3, 16, 3), nn.ReLU(), nn.Flatten(), nn.LazyLinear(10)).cuda()
+        for images, labels in loader:
+            loss = nn.functional.cross_entropy(model(images.cuda()), labels.cuda())
+            loss.backward()
+            optimizer.step()
+
+    if __name__ == "__main__":
+        main()
+    ```
+
+    Use instead:
+    ```python
+    import torch
+    import torch.nn as nn
+
+    def main():
+        torch.backends.cudnn.benchmark = True  # input shapes are fixed
+        model = nn.Sequential(nn.Conv2d(3, 16, 3), nn.ReLU(), nn.Flatten(), nn.LazyLinear(10)).cuda()
+        for images, labels in loader:
+            loss = nn.functional.cross_entropy(model(images.cuda()), labels.cuda())
+            loss.backward()
+            optimizer.step()
+
+    if __name__ == "__main__":
+        main()
+    ```
+
+    ## Fix safety
+    The fix inserts `torch.backends.cudnn.benchmark = True` before the
+    training loop. It is unsafe: it changes which convolution algorithms run
+    (results differ in the last bits and between runs), and it slows down
+    training whose input shapes vary.
+
+    ## References
+    - [Performance tuning guide: enable cuDNN auto-tuner](https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html#enable-cudnn-auto-tuner)
+    - [`torch.backends.cudnn.benchmark`](https://pytorch.org/docs/stable/backends.html#torch.backends.cudnn.benchmark)
+    - [Reproducibility: CUDA convolution benchmarking](https://pytorch.org/docs/stable/notes/randomness.html#cuda-convolution-benchmarking)
+    """
+
+    code = "TL801"
+    name = "cudnn-benchmark-not-enabled"
+    summary = "A convolutional training script never enables `torch.backends.cudnn.benchmark`"
+    default_enabled = False
+    fix_availability = "sometimes"
+    requires_any = ("Conv", "conv", "torchvision")
+
+    VALID = [
+        Valid("""
+            import torch
+            import torch.nn as nn
+            torch.backends.cudnn.benchmark = True
+            model = nn.Conv2d(3, 8, 3)
+            for x in loader:
+                model(x).sum().backward()
+                optimizer.step()
+        """),
+        Valid("""
+            import torch
+            import torch.nn as nn
+            torch.backends.cudnn.benchmark = False  # variable image sizes
+            model = nn.Conv2d(3, 8, 3)
+            for x in loader:
+                model(x).sum().backward()
+                optimizer.step()
+        """),
+        Valid("""
+            import torch.nn as nn
+            def train(model, loader, optimizer):
+                for x in loader:
+                    model(x).sum().backward()
+                    optimizer.step()
+            def build():
+                return nn.Conv2d(3, 8, 3)
+        """),
+        Valid("""
+            import torch
+            import torch.nn as nn
+            model = nn.Linear(8, 8)
+            for x in loader:
+                model(x).sum().backward()
+                optimizer.step()
+        """),
+        Valid("""
+            import torch
+            import torch.nn as nn
+            torch.use_deterministic_algorithms(True)
+            model = nn.Conv2d(3, 8, 3)
+            for x in loader:
+                model(x).sum().backward()
+                optimizer.step()
+        """),
+        Valid("""
+            import torch.backends.cudnn as cudnn
+            import torch.nn as nn
+            cudnn.benchmark = args.benchmark
+            model = nn.Conv2d(3, 8, 3)
+            for x in loader:
+                model(x).sum().backward()
+                optimizer.step()
+        """),
+        Valid("""
+            import torch.nn as nn
+            model = nn.Conv2d(3, 8, 3)
+            if __name__ == "__main__":
+                with torch.no_grad():
+                    for x in loader:
+                        print(model(x).shape)
+        """),
+        Valid("""
+            import torch
+            import torchvision
+            model = torchvision.models.vit_b_16()
+            for x, y in loader:
+                model(x).sum().backward()
+                optimizer.step()
+        """),
+    ]
+
+    INVALID = [
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+            model = nn.Conv2d(3, 8, 3)
+            for x in loader:
+                model(x).sum().backward()
+                optimizer.step()
+            """,
+            fixed="""
+            import torch
+            import torch.nn as nn
+            model = nn.Conv2d(3, 8, 3)
+            torch.backends.cudnn.benchmark = True
+            for x in loader:
+                model(x).sum().backward()
+                optimizer.step()
+            """,
+            unsafe_fixes=True,
+            line=4,
+        ),
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+            model = nn.Conv2d(3, 8, 3)
+            for x in loader:
+                model(x).sum().backward()
+                optimizer.step()
+            """,
+            fixed=None,
+            message="only right for fixed input shapes",
+        ),
+        Invalid(
+            """
+            import torch
+            import torchvision
+
+            def main():
+                model = torchvision.models.resnet50().cuda()
+                for epoch in range(90):
+                    for images, labels in train_loader:
+                        loss = criterion(model(images), labels)
+                        loss.backward()
+                        optimizer.step()
+
+            if __name__ == "__main__":
+                main()
+            """,
+            fixed="""
+            import torch
+            import torchvision
+
+            def main():
+                model = torchvision.models.resnet50().cuda()
+                torch.backends.cudnn.benchmark = True
+                for epoch in range(90):
+                    for images, labels in train_loader:
+                        loss = criterion(model(images), labels)
+                        loss.backward()
+                        optimizer.step()
+
+            if __name__ == "__main__":
+                main()
+            """,
+            unsafe_fixes=True,
+            line=6,
+        ),
+        Invalid(
+            """
+            import torch as T
+            import torch.nn.functional as F
+
+            def train_step(w, x, opt):
+                F.conv2d(x, w).sum().backward()
+                opt.step()
+
+            def run():
+                for x in loader:
+                    train_step(weight, x, opt)
+
+            run()
+            """,
+            fixed="""
+            import torch as T
+            import torch.nn.functional as F
+
+            def train_step(w, x, opt):
+                F.conv2d(x, w).sum().backward()
+                opt.step()
+
+            def run():
+                T.backends.cudnn.benchmark = True
+                for x in loader:
+                    train_step(weight, x, opt)
+
+            run()
+            """,
+            unsafe_fixes=True,
+            line=9,
+        ),
+        Invalid(
+            """
+            from torch import nn
+            model = nn.Sequential(nn.Conv3d(1, 4, 3))
+            if __name__ == "__main__":
+                for x in loader:
+                    model(x).mean().backward()
+                    optim.step()
+            """,
+            fixed=None,
+            unsafe_fixes=True,
+            message="cudnn.benchmark",
+        ),
+    ]
+
+    def __init__(self, ctx, options) -> None:
+        super().__init__(ctx, options)
+        self.convolutional = False
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if not self.convolutional and conv_dims(self.ctx.qualified_name(node.func)) is not None:
+            self.convolutional = True
+
+    def finish(self) -> None:
+        if not self.convolutional or _DECIDED.search(self.ctx.source):
+            return
+        loop = training_entry_loop(self.ctx)
+        if loop is None:
+            return
+        outer = outermost_loop_in_function(loop)
+        alias = torch_alias(self.ctx)
+        fix = None
+        if alias is not None:
+            fix = self.ctx.fix(
+                UNSAFE,
+                "Set `torch.backends.cudnn.benchmark = True` before the training loop",
+                self.ctx.insert_line_before(outer.node, f"{alias}.backends.cudnn.benchmark = True"),
+            )
+        self.report(
+            outer.node,
+            "convolutional training runs without `torch.backends.cudnn.benchmark = True`; if input shapes are "
+            "fixed, enabling it lets cuDNN pick the fastest algorithms (only right for fixed input shapes)",
+            fix,
+        )

@@ -1,0 +1,267 @@
+from __future__ import annotations
+
+import re
+
+from torchlint.analysis import outermost_loop_in_function, torch_alias, training_entry_loop
+from torchlint.rule import UNSAFE, Invalid, Rule, Valid
+
+# The script already decides about TF32 (either way).
+_DECIDED = re.compile(r"allow_tf32|set_float32_matmul_precision|fp32_precision|\btf32\b|TF32")
+# Mixed or reduced precision: matmuls do not run in float32, TF32 is moot.
+_LOW_PRECISION = re.compile(
+    r"autocast|GradScaler|\.half\(\)|float16|bfloat16|\bfp16\b|\bbf16\b|\bamp\b|mixed_precision|\.to\(torch\.half"
+)
+
+
+class Tf32NotEnabled(Rule):
+    """## What it does
+    Flags a float32 CUDA *training entry point* that never sets
+    `torch.backends.cuda.matmul.allow_tf32` or calls
+    `torch.set_float32_matmul_precision(...)`. Opt-in: enable it with
+    `--extend-select TL802`.
+
+    A training entry point is a module that runs as a script and trains: it
+    contains a training loop (a loop that calls `backward()` or an
+    optimizer's `step()`, directly or through a function of the module) and
+    either has an `if __name__ == "__main__":` block or top-level code that
+    reaches the training (a module-level training loop, or a module-level
+    call of a module function that trains). It is a *float32 CUDA* entry
+    point when it mentions `cuda` and shows no sign of mixed or reduced
+    precision (`autocast`, `GradScaler`, `.half()`, `float16`, `bfloat16`,
+    `amp`). The finding points at the outermost loop around the training
+    loop.
+
+    The rule stays silent when the module mentions TF32 or the float32
+    matmul precision at all: turning it off is a decision too.
+
+    ## Why is this bad?
+    Since PyTorch 1.12, float32 matrix multiplications on Ampere and newer
+    GPUs run in full float32 precision by default. TensorFloat-32 tensor
+    cores run them several times faster with a 10-bit mantissa, which most
+    training tolerates with no change in convergence. A float32 training
+    script that never opts in leaves that speed unused.
+
+    ## Example
+    ```python
+    import torch
+
+    model = torch.nn.Linear(1024, 1024).cuda()
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x.cuda()), y.cuda())
+        loss.backward()
+        optimizer.step()
+    ```
+
+    Use instead:
+    ```python
+    import torch
+
+    torch.set_float32_matmul_precision("high")
+    model = torch.nn.Linear(1024, 1024).cuda()
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x.cuda()), y.cuda())
+        loss.backward()
+        optimizer.step()
+    ```
+
+    ## Fix safety
+    The fix inserts `torch.set_float32_matmul_precision("high")` before the
+    training loop (`torch.backends.cuda.matmul.allow_tf32 = True` when
+    `target-torch` is below 1.12). It is unsafe: it lowers the precision of
+    float32 matrix multiplications, which some numerically sensitive models
+    do not tolerate.
+
+    ## References
+    - [CUDA semantics: TensorFloat-32 (TF32) on Ampere (and later) devices](https://pytorch.org/docs/stable/notes/cuda.html#tensorfloat-32-tf32-on-ampere-and-later-devices)
+    - [`torch.set_float32_matmul_precision`](https://pytorch.org/docs/stable/generated/torch.set_float32_matmul_precision.html)
+    - [Numerical accuracy: TF32 on Nvidia Ampere devices](https://pytorch.org/docs/stable/notes/numerical_accuracy.html#tensorfloat-32-tf32-on-nvidia-ampere-and-later-devices)
+    """
+
+    code = "TL802"
+    name = "tf32-not-enabled"
+    summary = "A float32 CUDA training script never enables TF32 matmuls"
+    default_enabled = False
+    fix_availability = "sometimes"
+    requires_any = ("cuda",)
+
+    VALID = [
+        Valid("""
+            import torch
+            torch.backends.cuda.matmul.allow_tf32 = True
+            model = torch.nn.Linear(8, 8).cuda()
+            for x in loader:
+                model(x).sum().backward()
+                optimizer.step()
+        """),
+        Valid("""
+            import torch
+            torch.set_float32_matmul_precision("highest")
+            model = torch.nn.Linear(8, 8).cuda()
+            for x in loader:
+                model(x).sum().backward()
+                optimizer.step()
+        """),
+        Valid("""
+            import torch
+            model = torch.nn.Linear(8, 8).cuda()
+            for x in loader:
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    loss = model(x).sum()
+                loss.backward()
+                optimizer.step()
+        """),
+        Valid("""
+            import torch
+            model = torch.nn.Linear(8, 8)
+            for x in loader:
+                model(x).sum().backward()
+                optimizer.step()
+        """),
+        Valid("""
+            import torch
+            def train(model, loader, optimizer):
+                model.cuda()
+                for x in loader:
+                    model(x).sum().backward()
+                    optimizer.step()
+        """),
+        Valid("""
+            import torch
+            model = torch.nn.Linear(8, 8).cuda().half()
+            for x in loader:
+                model(x.half()).sum().backward()
+                optimizer.step()
+        """),
+        Valid("""
+            import torch
+            scaler = torch.cuda.amp.GradScaler()
+            model = torch.nn.Linear(8, 8).cuda()
+            for x in loader:
+                scaler.scale(model(x).sum()).backward()
+                scaler.step(optimizer)
+        """),
+        Valid("""
+            import torch
+            model = torch.nn.Linear(8, 8).cuda()
+            if __name__ == "__main__":
+                with torch.no_grad():
+                    for x in loader:
+                        print(model(x))
+        """),
+    ]
+
+    INVALID = [
+        Invalid(
+            """
+            import torch
+            model = torch.nn.Linear(8, 8).cuda()
+            for x in loader:
+                model(x).sum().backward()
+                optimizer.step()
+            """,
+            fixed="""
+            import torch
+            model = torch.nn.Linear(8, 8).cuda()
+            torch.set_float32_matmul_precision("high")
+            for x in loader:
+                model(x).sum().backward()
+                optimizer.step()
+            """,
+            unsafe_fixes=True,
+            line=3,
+        ),
+        Invalid(
+            """
+            import torch
+            model = torch.nn.Linear(8, 8).cuda()
+            for x in loader:
+                model(x).sum().backward()
+                optimizer.step()
+            """,
+            fixed="""
+            import torch
+            model = torch.nn.Linear(8, 8).cuda()
+            torch.backends.cuda.matmul.allow_tf32 = True
+            for x in loader:
+                model(x).sum().backward()
+                optimizer.step()
+            """,
+            unsafe_fixes=True,
+            target_torch="1.11",
+        ),
+        Invalid(
+            """
+            import torch
+
+            def main():
+                device = torch.device("cuda")
+                model = build().to(device)
+                for epoch in range(10):
+                    for x, y in train_loader:
+                        loss = loss_fn(model(x.to(device)), y.to(device))
+                        loss.backward()
+                        optimizer.step()
+
+            if __name__ == "__main__":
+                main()
+            """,
+            line=6,
+            message="TF32",
+        ),
+        Invalid(
+            """
+            from torch import nn
+            model = nn.Linear(8, 8).to("cuda")
+            for x in loader:
+                model(x).sum().backward()
+                optimizer.step()
+            """,
+            fixed=None,
+            unsafe_fixes=True,
+        ),
+        Invalid(
+            """
+            import torch as T
+            def step(batch):
+                model(batch.cuda()).sum().backward()
+                opt.step()
+            while True:
+                step(next(data_iter))
+            """,
+            fixed="""
+            import torch as T
+            def step(batch):
+                model(batch.cuda()).sum().backward()
+                opt.step()
+            T.set_float32_matmul_precision("high")
+            while True:
+                step(next(data_iter))
+            """,
+            unsafe_fixes=True,
+            line=5,
+        ),
+    ]
+
+    def finish(self) -> None:
+        source = self.ctx.source
+        if "cuda" not in source or _DECIDED.search(source) or _LOW_PRECISION.search(source):
+            return
+        loop = training_entry_loop(self.ctx)
+        if loop is None:
+            return
+        outer = outermost_loop_in_function(loop)
+        alias = torch_alias(self.ctx)
+        fix = None
+        if alias is not None:
+            line = (
+                f"{alias}.backends.cuda.matmul.allow_tf32 = True"
+                if self.ctx.torch_below(1, 12)
+                else f'{alias}.set_float32_matmul_precision("high")'
+            )
+            fix = self.ctx.fix(UNSAFE, "Enable TF32 matmuls before the training loop", self.ctx.insert_line_before(outer.node, line))
+        self.report(
+            outer.node,
+            "float32 CUDA training runs with full-precision float32 matmuls; on Ampere or newer GPUs "
+            'TF32 (`torch.set_float32_matmul_precision("high")`) is several times faster',
+            fix,
+        )
