@@ -288,3 +288,27 @@ def _call_grad_evidence(ctx: "FileContext", call: cst.Call, seen: Set[str]) -> O
         if method in _TENSOR_METHODS:
             return requires_grad_evidence(ctx, func.value, seen)
     return True if tensor_evidence(ctx, call) is True else None
+
+
+# -- modules (``nn.Module`` objects), as opposed to tensors ----------------------
+_MODULE_NAME = re.compile(
+    r"(?i)(^|_)(model|module|net|network|encoder|decoder|backbone|head|classifier|layer|block|teacher|student|"
+    r"generator|discriminator|critic|unet|vae|transformer|embedding|embeddings|ema|policy|actor|lm)s?$|(model|net)$"
+)
+
+
+def module_evidence(ctx: "FileContext", expr: cst.BaseExpression) -> bool:
+    """Is ``expr`` evidently an ``nn.Module`` (``model``, ``self.encoder``,
+    something built by ``torch.nn.Linear(...)``)? Moving a module is in place."""
+    name = dotted_name(expr)
+    if name is None:
+        return False
+    if name == "self":
+        return True
+    value = ctx.value_of(name)
+    if isinstance(value, cst.Call):
+        qname = ctx.names.qualified_name(value.func) or ""
+        if qname.startswith("torch.nn.") and qname.rsplit(".", 1)[-1][:1].isupper():
+            return True
+    last = name.rsplit(".", 1)[-1]
+    return bool(_MODULE_NAME.search(last))
