@@ -86,6 +86,7 @@ _METADATA_INPUT_SUFFIXES = ("_like",)
 _NO_WRITE_OUTPUT = {"empty", "empty_like", "new_empty", "new_empty_strided", "empty_strided", "empty_permuted"}
 
 _SKIP = "skip"
+_Tensor = None  # torch.Tensor, bound at start() (torch is imported lazily)
 _RECORD_STREAM = "record_stream"
 _PLAIN = "plain"
 
@@ -146,6 +147,13 @@ class _TensorInfo:
         self.data_ptr = data_ptr
         self.stride = stride
 
+    @classmethod
+    def of(cls, value) -> Optional["_TensorInfo"]:
+        """Reports take the tuple the hot path stored (shape, dtype, offset, base, data_ptr, stride)."""
+        if isinstance(value, cls) or value is None:
+            return value
+        return cls(*value)
+
     def to_json(self) -> Dict[str, Any]:
         return {
             "shape": list(self.shape),
@@ -200,7 +208,9 @@ class RaceCheck:
         self._errors: List[str] = []
         self._step = 0
         self._activation_reason: Optional[str] = None
-        self._device_filter = "cuda"
+        self._device_filter = "cuda"  # tests set "cpu" (and _want_cuda False) to run on CPU tensors
+        self._want_cuda = True
+        self._triton_wrapped = False
         self._current_stream = None
         self._dynamo_frames_at_start = 0
         self.notes: List[str] = []
@@ -214,6 +224,8 @@ class RaceCheck:
             return
         import torch
 
+        global _Tensor
+        _Tensor = torch.Tensor
         self._torch = torch
         self._started = True
         _ACTIVE = self
@@ -232,6 +244,7 @@ class RaceCheck:
         for owner, attribute, original in reversed(self._patches):
             setattr(owner, attribute, original)
         self._patches = []
+        self._triton_wrapped = False
         frames = self._dynamo_frames() - self._dynamo_frames_at_start
         if frames > 0 and self._engine is not None:
             self.notes.append(
@@ -285,6 +298,8 @@ class RaceCheck:
         if self._device_filter == "cuda":
             self._seed_default_stream(torch)
             self._register_trace(torch)
+        if not self._triton_wrapped:
+            self._install_triton_wrapper()
         mode_class = _make_dispatch_mode()
         self._mode = mode_class()
         self._mode.__enter__()
@@ -343,7 +358,12 @@ class RaceCheck:
             if _TRACE_REGISTERED:
                 return
             activate = getattr(torch._C, "_activate_gpu_trace", None)
-            trace = getattr(torch.cuda, "_gpu_trace", None)
+            try:  # a submodule: not imported by ``import torch``
+                import importlib
+
+                trace = importlib.import_module("torch.cuda._gpu_trace")
+            except ImportError:
+                trace = None
             if activate is None or trace is None:
                 self.notes.append("torch has no gpu_trace: syncs issued from C++ are not seen (false alarms possible)")
                 _TRACE_REGISTERED = True
@@ -539,6 +559,7 @@ class RaceCheck:
             return original_run(this, *args, **kwargs)
 
         self._patch(JITFunction, "run", run)
+        self._triton_wrapped = True
 
     # -- per-op analysis (only once active) ------------------------------------
 
@@ -584,14 +605,17 @@ class RaceCheck:
             self._engine.launch(self._current_stream(), items, plan[3], _site())
 
     def _note_alloc(self, tensor) -> None:
-        if tensor.device.type != self._device_filter or tensor.numel() == 0:
+        if tensor.is_cuda is not self._want_cuda or tensor.numel() == 0:
             return
         base = tensor.data_ptr() - tensor.storage_offset() * tensor.element_size()
         if base not in self._allocs:
             self._new_alloc(tensor, base)
 
     def _add_item(self, items: list, tensor, arg: str, is_write: bool) -> None:
-        if not isinstance(tensor, self._torch.Tensor) or tensor.device.type != self._device_filter:
+        # The hot path: a handful of C calls per tensor, no objects beyond one tuple.
+        if tensor.__class__ is not _Tensor and not isinstance(tensor, _Tensor):
+            return
+        if tensor.is_cuda is not self._want_cuda:
             return
         numel = tensor.numel()
         if numel == 0:
@@ -615,8 +639,7 @@ class RaceCheck:
         alloc = self._allocs.get(base)
         if alloc is None:
             alloc = self._new_alloc(tensor, base)
-        info = _TensorInfo(tensor.shape, tensor.dtype, offset, base, pointer, stride)
-        items.append((start, end, is_write, arg, info, alloc, None, None))
+        items.append((start, end, is_write, arg, (tensor.shape, tensor.dtype, offset, base, pointer, stride), alloc, None, None))
 
     def _new_alloc(self, tensor, base: int):
         try:
@@ -723,7 +746,7 @@ class RaceCheck:
                         continue
                     if torch is not None and isinstance(value, torch.Tensor):
                         try:
-                            if value.device.type == self._device_filter:
+                            if value.is_cuda is self._want_cuda:
                                 pointer = value.data_ptr()
                                 base = pointer - value.storage_offset() * value.element_size()
                                 self._tensor_names.setdefault(base, variable)
@@ -1029,7 +1052,7 @@ def build_finding(race: Race, names, tensor_names, context) -> Finding:
     earlier, later = race.earlier, race.later
     later_stack = context.get("stack") or later.site
     frames = _frames(later_stack)
-    tensor = later.tensor or earlier.tensor
+    tensor = _TensorInfo.of(later.tensor) or _TensorInfo.of(earlier.tensor)
     tensor_json = tensor.to_json() if isinstance(tensor, _TensorInfo) else None
     tensor_name = None
     if isinstance(tensor, _TensorInfo):

@@ -54,6 +54,7 @@ def check():
     race_check.start()
     streams = FakeStreams()
     race_check._device_filter = "cpu"
+    race_check._want_cuda = False
     race_check._current_stream = streams
     race_check._stream_names[SIDE] = "side"
     race_check._activate("test")
@@ -110,6 +111,7 @@ def test_stop_restores_every_patched_global_and_is_idempotent():
     assert torch.cuda.set_stream is not before["set_stream"]
     assert dist.all_reduce is not before["all_reduce"]
     race_check._device_filter = "cpu"
+    race_check._want_cuda = False
     race_check._current_stream = FakeStreams()
     race_check._activate("test")
     race_check.stop()
