@@ -35,6 +35,8 @@ _CUDA_ONLY = re.compile(r"(?i)(cuda|gpu)")
 # Function, class and file names of code that is CUDA-only by design: CUDA,
 # cuDNN, NCCL, Triton kernels, GPU benchmarks.
 _CUDA_ONLY_CODE = re.compile(r"(?i)(cuda|cudnn|gpu|triton|nccl|cutlass|nvidia|bench)")
+# Importing one of these makes a module CUDA-only by design.
+_CUDA_ONLY_MODULES = ("triton", "bitsandbytes", "cupy", "pycuda", "apex")
 # Classes whose ``device`` is a device *type* (GradScaler and autocast subclasses).
 _DEVICE_TYPE_CLASS = re.compile(r"(?i)(scaler|autocast)")
 
@@ -82,7 +84,8 @@ class HardcodedCudaDevice(Rule):
       whose name mentions CUDA, cuDNN, NCCL, Triton, a GPU or a benchmark
       (`def _forward_cuda`, `class CUDATestBase`, `def benchmark`); files
       whose path mentions them (`ops/cuda/`, `backends/cudnn/`,
-      `_triton_ops.py`); and modules that import `triton`.
+      `_triton_ops.py`); and modules that import `triton`, `bitsandbytes`,
+      `cupy`, `pycuda` or `apex`.
 
     `.cuda(i)` with a variable index (`.cuda(args.gpu)`, `.cuda(local_rank)`)
     is not flagged: the author placed the value on a chosen GPU, as
@@ -231,6 +234,13 @@ class HardcodedCudaDevice(Rule):
         Valid("""
             def _forward_cuda(x):
                 return kernel(x.cuda())
+        """),
+        Valid("""
+            import torch
+            import triton
+            def launch(x):
+                out = torch.empty_like(x, device="cuda")
+                return out
         """),
         Valid("""
             f = f"cuda:{rank}"
@@ -520,8 +530,8 @@ class HardcodedCudaDevice(Rule):
 
     # -- decide ------------------------------------------------------------------
     def finish(self) -> None:
-        if self.ctx.names.imports_module("triton"):
-            return  # a module of Triton GPU kernels is CUDA-only by design
+        if any(self.ctx.names.imports_module(m) for m in _CUDA_ONLY_MODULES):
+            return  # Triton kernels, bitsandbytes quantization: CUDA-only by design
         for site, node, message, fix in self.candidates:
             if site.under_cuda_guard() or self._device_chosen(site) or self._cuda_only_by_design(site):
                 continue
