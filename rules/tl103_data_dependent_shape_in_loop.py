@@ -320,8 +320,11 @@ class DataDependentShapeInLoop(Rule):
             if qname in _MASK_FUNCTIONS:
                 return True, True
             if isinstance(expr.func, cst.Attribute) and expr.func.attr.value in _MASK_METHODS and not (qname or "").startswith(("numpy.", "np.")):
-                if expr.func.attr.value == "bool" and expr.args:
-                    return False, None
+                if expr.func.attr.value == "bool":
+                    if expr.args:
+                        return False, None
+                    # ``.bool()`` is a tensor method (numpy arrays have none)
+                    return True, tensor_evidence(ctx, expr.func.value) is not False or None
                 return True, tensor_evidence(ctx, expr.func.value)
         return False, None
 
