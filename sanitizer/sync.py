@@ -350,7 +350,9 @@ class SyncCheck:
 
         def make(original: Callable) -> Callable:
             def wrapper(*args, **kwargs):
-                if tls.depth:
+                # Fast path: a read-back of a CPU tensor never syncs (AdamW calls
+                # .item() on its CPU step counters once per parameter per step).
+                if tls.depth or (not explicit and args and getattr(args[0], "is_cuda", True) is False):
                     return original(*args, **kwargs)
                 tls.depth = 1
                 tls.hits = 0

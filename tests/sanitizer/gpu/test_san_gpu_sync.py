@@ -46,6 +46,10 @@ def _assert_site(session, line, kind):
 
 def test_item_is_attributed_classified_and_timed():
     x = torch.ones(4, device="cuda")
+    # Warm the caching allocator first: a first-time cudaMalloc inside _busy() itself
+    # waits for the device and would leave little for .item() to wait on.
+    _busy(30)
+    torch.cuda.synchronize()
     with sanitize(checks={"sync"}) as session:
         _busy(30)
         x.sum().item(); line = _line()
