@@ -11,6 +11,9 @@ from torchlint.rule import DISPLAY_ONLY, Fix, Invalid, Rule, Valid
 from torchlint.tensors import already_on_host, reads_host, tensor_evidence
 
 _CONVERSIONS = ("float", "int", "bool")
+_MODULE_METHODS = frozenset(
+    {"parameters", "named_parameters", "state_dict", "load_state_dict", "modules", "named_modules", "children", "eval", "train", "buffers"}
+)
 _FORMATTERS = ("print", "str", "repr", "format")
 
 
@@ -289,7 +292,7 @@ class HostSyncInLoop(Rule):
             receiver = node.func.value  # type: ignore[attr-defined]
             if already_on_host(receiver) or tensor_evidence(self.ctx, receiver) is False:
                 return
-            if method == "cpu" and (_looks_like_module(receiver) or self._result_discarded(node)):
+            if method == "cpu" and (_looks_like_module(receiver) or self._result_discarded(node) or self._used_as_module(node)):
                 return  # a discarded `.cpu()` result is a module moved in place
             self._candidate(node, f"`.{method}()`", self._accumulate_fix(node), discardable=True)
             return
@@ -327,6 +330,11 @@ class HostSyncInLoop(Rule):
             if self._is_device_value(part):
                 self._candidate(part, f"{keyword} on a tensor", None)
                 return
+
+    def _used_as_module(self, node: cst.CSTNode) -> bool:
+        """``m.cpu().parameters()``: the result of `.cpu()` is used as a module."""
+        parent = self.ctx.stack[-2] if len(self.ctx.stack) > 1 and self.ctx.stack[-1] is node else None
+        return isinstance(parent, cst.Attribute) and parent.attr.value in _MODULE_METHODS
 
     def _result_discarded(self, node: cst.CSTNode) -> bool:
         return len(self.ctx.stack) > 1 and self.ctx.stack[-1] is node and isinstance(self.ctx.stack[-2], cst.Expr)
@@ -407,9 +415,12 @@ class HostSyncInLoop(Rule):
         epoch loop calling ``train_one_epoch``) is not one."""
         cached = self._batch_cache.get(id(loop))
         if cached is None:
-            cached = bool(
-                loop.iterates_data or loop.trains or loop.pulls_batches or any(self._steps_per_call(c) for c in loop.calls)
-            )
+            if isinstance(loop.node, cst.For) and isinstance(loop.node.iter, (cst.List, cst.Tuple, cst.Set)):
+                cached = False  # `for mode in [A, B]`: a sweep over settings, not over batches
+            else:
+                cached = bool(
+                    loop.iterates_data or loop.trains or loop.pulls_batches or any(self._steps_per_call(c) for c in loop.calls)
+                )
             self._batch_cache[id(loop)] = cached
         return cached
 
