@@ -243,6 +243,10 @@ class HardcodedCudaDevice(Rule):
                 return out
         """),
         Valid("""
+            import torch
+            device_type = (current_accelerator() or torch.device("cuda")).type
+        """),
+        Valid("""
             f = f"cuda:{rank}"
             y = x.to(f"cuda:{rank}")
         """),
@@ -554,6 +558,8 @@ class HardcodedCudaDevice(Rule):
                 return False
             if isinstance(ancestor, cst.IfExp) and child is not ancestor.test:
                 return True
+            if isinstance(ancestor, cst.Attribute) and child is ancestor.value and ancestor.attr.value == "type":
+                return True  # ``(found or torch.device("cuda")).type``: only the device type is used
             if isinstance(ancestor, cst.Try) and child is ancestor.body and ancestor.handlers:
                 return True  # tried, with a fallback when CUDA is missing
             if isinstance(ancestor, cst.Assign) and any(_mentions(t.target, _CUDA_ONLY) for t in ancestor.targets):
