@@ -293,7 +293,7 @@ def _call_grad_evidence(ctx: "FileContext", call: cst.Call, seen: Set[str]) -> O
 # -- modules (``nn.Module`` objects), as opposed to tensors ----------------------
 _MODULE_NAME = re.compile(
     r"(?i)(^|_)(model|module|net|network|encoder|decoder|backbone|head|classifier|layer|block|teacher|student|"
-    r"generator|discriminator|critic|unet|vae|transformer|embedding|embeddings|ema|policy|actor|lm)s?$|(model|net)$"
+    r"generator|discriminator|critic|unet|vae|transformer|embedding|embeddings|ema|policy|actor|lm)s?$|net$|model"
 )
 
 
@@ -308,7 +308,8 @@ def module_evidence(ctx: "FileContext", expr: cst.BaseExpression) -> bool:
     value = ctx.value_of(name)
     if isinstance(value, cst.Call):
         qname = ctx.names.qualified_name(value.func) or ""
-        if qname.startswith("torch.nn.") and qname.rsplit(".", 1)[-1][:1].isupper():
+        # ``nn.Linear(...)``, ``nn.SyncBatchNorm.convert_sync_batchnorm(...)``, ``DistributedDataParallel(...)``
+        if qname.startswith("torch.nn.") and any(part[:1].isupper() for part in qname.split(".")[2:]):
             return True
     last = name.rsplit(".", 1)[-1]
     return bool(_MODULE_NAME.search(last))
