@@ -311,5 +311,9 @@ def module_evidence(ctx: "FileContext", expr: cst.BaseExpression) -> bool:
         # ``nn.Linear(...)``, ``nn.SyncBatchNorm.convert_sync_batchnorm(...)``, ``DistributedDataParallel(...)``
         if qname.startswith("torch.nn.") and any(part[:1].isupper() for part in qname.split(".")[2:]):
             return True
+        # ``Qwen2Model(config)``, ``ResNet(...)``: a class instance, not a tensor
+        callee = last_name(value.func) or ""
+        if callee[:1].isupper() and not callee.endswith("Tensor") and not qname.startswith("torch."):
+            return True
     last = name.rsplit(".", 1)[-1]
     return bool(_MODULE_NAME.search(last))
