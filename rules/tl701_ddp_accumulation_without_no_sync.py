@@ -170,6 +170,26 @@ class DdpAccumulationWithoutNoSync(Rule):
                     if (step + 1) % accum == 0:
                         optimizer.step()
         """),
+        Valid("""
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            model = DDP(net)
+            for step, batch in enumerate(loader):
+                model(batch).mean().backward()
+                if (step + 1) % accum == 0:
+                    clip(model)
+                optimizer.step()
+        """),
+        Valid("""
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            model = DDP(net)
+            for step, batch in enumerate(loader):
+                try:
+                    model(batch).mean().backward()
+                except RuntimeError:
+                    optimizer.zero_grad()
+                    raise
+                optimizer.step()
+        """),
     ]
 
     INVALID = [

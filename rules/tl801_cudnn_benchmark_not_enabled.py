@@ -169,6 +169,24 @@ class CudnnBenchmarkNotEnabled(Rule):
                 model(x).sum().backward()
                 optimizer.step()
         """),
+        Valid("""
+            import torch
+            import torch.nn as nn
+            torch.backends.cudnn.deterministic = True
+            model = nn.Conv2d(3, 8, 3)
+            for x in loader:
+                model(x).sum().backward()
+                optimizer.step()
+        """),
+        Valid("""
+            import torch
+            import torch.nn as nn
+            model = nn.Conv2d(3, 8, 3)
+            with torch.backends.cudnn.flags(enabled=True, benchmark=True):
+                for x in loader:
+                    model(x).sum().backward()
+                    optimizer.step()
+        """),
     ]
 
     INVALID = [

@@ -148,6 +148,23 @@ class Tf32NotEnabled(Rule):
                     for x in loader:
                         print(model(x))
         """),
+        Valid("""
+            import torch
+            torch.backends.cuda.matmul.fp32_precision = "tf32"
+            model = torch.nn.Linear(8, 8).cuda()
+            for x in loader:
+                model(x).sum().backward()
+                optimizer.step()
+        """),
+        Valid("""
+            import torch
+            class Trainer:
+                def fit(self, loader):
+                    self.model.cuda()
+                    for x in loader:
+                        self.model(x).sum().backward()
+                        self.optimizer.step()
+        """),
     ]
 
     INVALID = [

@@ -177,6 +177,40 @@ class ChannelsLastNotUsed(Rule):
                 loss.backward()
                 optimizer.step()
         """),
+        Valid("""
+            import torch
+            import torch.nn as nn
+            model = nn.Conv2d(3, 8, 3).cuda()
+            for x in loader:
+                x = x.contiguous(memory_format=torch.channels_last)
+                with torch.autocast("cuda"):
+                    loss = model(x).sum()
+                loss.backward()
+                optimizer.step()
+        """),
+        Valid("""
+            import torch.nn as nn
+            model = nn.Conv2d(3, 8, 3).cuda()
+            for x in loader:
+                with amp_context():
+                    loss = model(x).sum()
+                loss.backward()
+                optimizer.step()
+        """),
+        Valid("""
+            import torch
+            import torch.nn as nn
+            class Net(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.conv = nn.Conv2d(3, 8, 3)
+            def train(model, loader, optimizer):
+                for x in loader:
+                    with torch.autocast("cuda"):
+                        loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+        """),
     ]
 
     INVALID = [

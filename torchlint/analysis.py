@@ -40,12 +40,15 @@ _INDEX_NAME = re.compile(r"(?i)(step|idx|index|iter|batch|^i$|^j$|^it$|^n$)")
 
 
 def iter_subtree(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    """Every node under ``node``; for small local questions only, never a whole file."""
+    """Every code-bearing node under ``node`` (whitespace and punctuation
+    skipped), pre-order; for small local questions only, never a whole file."""
+    from torchlint.walker import child_nodes
+
     stack = [node]
     while stack:
         current = stack.pop()
         yield current
-        stack.extend(reversed(current.children))
+        stack.extend(reversed(child_nodes(current)))
 
 
 def exclusive_branches(a: Sequence[cst.CSTNode], b: Sequence[cst.CSTNode]) -> bool:
@@ -349,7 +352,17 @@ def training_entry_loop(ctx: "FileContext") -> Optional[LoopInfo]:
         runs_as_script = any(loop.function is None for loop in training) or any(
             ctx.facts.function_trains(name) for name in ctx.facts.module_calls
         )
-    return training[0] if runs_as_script else None
+    if not runs_as_script:
+        return None
+    # Prefer the driving loop (``for epoch …: train_one_epoch(…)``) over the
+    # loop inside the function it calls.
+    for loop in training:
+        if loop.function is None:
+            return loop
+        callers = ctx.facts.callers_of(loop.function)
+        if not any(other is not loop and other.calls & callers for other in training):
+            return loop
+    return training[0]
 
 
 def outermost_loop_in_function(loop: LoopInfo) -> LoopInfo:
