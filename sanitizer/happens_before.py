@@ -650,6 +650,8 @@ class HappensBefore:
         seq = self._seq
         clock[stream] = seq
         index = self._index
+        starts = self._starts
+        segs = self._segs
         for start, end, is_write, arg, tensor, alloc, item_op, item_site in items:
             if end <= start:
                 continue
@@ -657,7 +659,21 @@ class HappensBefore:
                 stream, seq, is_write, start, end, item_op or op, arg,
                 item_site if item_site is not None else site, tensor, alloc, via, index,
             )
+            # Fast path: a whole segment that only this stream has touched
+            # (most tensors of a training step): nothing to check, one update.
+            i = bisect_right(starts, start) - 1
+            if i >= 0:
+                seg = segs[i]
+                if seg.start == start and seg.end == end:
+                    seg_streams = seg.streams
+                    if len(seg_streams) == 1:
+                        pair = seg_streams.get(stream)
+                        if pair is not None:
+                            pair[0 if is_write else 1] = record
+                            continue
             self._access(record, clock)
+            starts = self._starts
+            segs = self._segs
         if len(self._segs) > self._gc_threshold:
             self.collect_garbage()
         return seq

@@ -727,12 +727,11 @@ class RaceCheck:
         frame = _user_frame()
         if frame is None:
             return
-        for scope in (frame.f_locals, frame.f_globals):
-            for variable, value in list(scope.items()):
-                if value is stream or getattr(value, "cuda_stream", object()) == key and _is_stream(value):
-                    if key != DEFAULT_STREAM:
-                        self._stream_names[key] = variable
-                    return
+        for variable, value in _scope_items(frame):
+            if value is stream or (_is_stream(value) and getattr(value, "cuda_stream", None) == key):
+                if key != DEFAULT_STREAM:
+                    self._stream_names[key] = variable
+                return
 
     def _on_race(self, race: Race) -> None:
         """First sight of a unique race: take the longer stack and the user's names now."""
@@ -740,22 +739,22 @@ class RaceCheck:
         frame = _user_frame()
         if frame is not None:
             torch = self._torch
-            for scope in (frame.f_locals, frame.f_globals):
-                for variable, value in list(scope.items()):
-                    if variable.startswith("__"):
-                        continue
-                    if torch is not None and isinstance(value, torch.Tensor):
-                        try:
-                            if value.is_cuda is self._want_cuda:
-                                pointer = value.data_ptr()
-                                base = pointer - value.storage_offset() * value.element_size()
-                                self._tensor_names.setdefault(base, variable)
-                        except Exception:
-                            pass
-                    elif _is_stream(value):
-                        key = getattr(value, "cuda_stream", None)
-                        if key is not None and key != DEFAULT_STREAM:
-                            self._stream_names.setdefault(key, variable)
+            for variable, value in _scope_items(frame):
+                if variable.startswith("__"):
+                    continue
+                if torch is not None and isinstance(value, torch.Tensor):
+                    try:
+                        if value.is_cuda is self._want_cuda:
+                            pointer = value.data_ptr()
+                            base = pointer - value.storage_offset() * value.element_size()
+                            self._tensor_names.setdefault(base, variable)
+                    except Exception:
+                        pass
+                elif _is_stream(value):
+                    key = getattr(value, "cuda_stream", None)
+                    if key is not None and key != DEFAULT_STREAM:
+                        self._stream_names.setdefault(key, variable)
+            del frame
         self._race_context[id(race)] = context
 
     def _internal_error(self, where: str, error: BaseException) -> None:
@@ -781,6 +780,27 @@ class RaceCheck:
 def _is_stream(value) -> bool:
     module = type(value).__module__
     return "cuda" in module and type(value).__name__ in ("Stream", "ExternalStream")
+
+
+def _scope_items(frame) -> list:
+    """(name, value) pairs of a frame's locals and globals, without keeping the locals alive.
+
+    Reading ``f_locals`` of a function frame (Python < 3.13) caches a dict of
+    strong references on the frame until it returns: a ``del x`` in the user's
+    code would no longer free x, which would change what the allocator does
+    (and hide the very reuse races this check looks for). So the cache is
+    emptied right after the copy.
+    """
+    items = []
+    if frame.f_code.co_flags & 0x1:  # CO_OPTIMIZED: a function frame, locals cached on read
+        local_dict = frame.f_locals
+        items.extend(local_dict.items())
+        if sys.version_info < (3, 13):
+            local_dict.clear()
+    else:
+        items.extend(frame.f_locals.items())
+    items.extend(frame.f_globals.items())
+    return items
 
 
 def _user_frame():

@@ -352,3 +352,14 @@ def test_finding_round_trips_through_json():
     finding = races.build_finding(race, {SIDE: "side"}, {}, {})
     assert Finding.from_json(finding.to_json()).to_json() == finding.to_json()
     assert finding.file == "/u/train.py" and finding.line == 20
+
+
+def test_scanning_a_user_frame_for_names_does_not_keep_its_locals_alive():
+    import weakref
+
+    x = torch.zeros(4)
+    ref = weakref.ref(x)
+    names = [name for name, _ in races._scope_items(sys._getframe())]
+    assert "x" in names
+    del x
+    assert ref() is None  # a cached f_locals would hold it (and change what the allocator reuses)
