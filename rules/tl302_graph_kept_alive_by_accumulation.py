@@ -5,6 +5,7 @@ from typing import Dict, List, Optional, Set, Tuple
 import libcst as cst
 
 from torchlint.analysis import Site, iter_subtree
+from torchlint.walker import child_nodes
 from torchlint.names import dotted_name, last_name
 from torchlint.rule import SAFE, UNSAFE, Invalid, Rule, Valid
 from torchlint.tensors import requires_grad_evidence
@@ -25,8 +26,8 @@ class GraphKeptAliveByAccumulation(Rule):
     """## What it does
     Flags `total += loss` and `losses.append(loss)` in a training loop, when
     the accumulated value evidently carries autograd history (a loss or a
-    model output, or arithmetic on one) and is not `.detach()`ed or read with
-    `.item()`. The accumulator must be created before the loop (a number, a
+    model output, arithmetic on one, or a name the code calls `backward()`
+    on) and is not `.detach()`ed or read with `.item()`. The accumulator must be created before the loop (a number, a
     tensor, an empty list) and must not be reset inside it.
 
     It stays silent when the accumulated value is later backpropagated
@@ -173,6 +174,28 @@ class GraphKeptAliveByAccumulation(Rule):
     ]
 
     INVALID = [
+        Invalid(
+            """
+            import torch.nn.functional as F
+            total = 0.0
+            for images, labels in loader:
+                logits, aux = net(images)
+                ce = F.cross_entropy(logits, labels)
+                scaler.scale(ce).backward()
+                scaler.step(optimizer)
+                total += ce
+            """,
+            fixed="""
+            import torch.nn.functional as F
+            total = 0.0
+            for images, labels in loader:
+                logits, aux = net(images)
+                ce = F.cross_entropy(logits, labels)
+                scaler.scale(ce).backward()
+                scaler.step(optimizer)
+                total += ce.detach()
+            """,
+        ),
         Invalid(
             """
             total_loss = 0.0
@@ -336,7 +359,10 @@ class GraphKeptAliveByAccumulation(Rule):
 
     def __init__(self, ctx, options) -> None:
         super().__init__(ctx, options)
-        self.candidates: List[Tuple[Site, cst.CSTNode, str, cst.BaseExpression, str]] = []
+        self.candidates: List[Tuple[Site, cst.CSTNode, str, cst.BaseExpression, str, bool]] = []
+        # (scope, name) of names written in a backward call itself: `loss` in
+        # `loss.backward()` / `scaler.scale(loss).backward()` evidently requires grad
+        self.backward_direct: Set[Tuple[object, str]] = set()
         # (scope, name) facts
         self.backpropagated: Set[Tuple[object, str]] = set()
         self.escapes: Set[Tuple[object, str]] = set()
@@ -355,8 +381,8 @@ class GraphKeptAliveByAccumulation(Rule):
         name = node.target.value
         if self.ctx.value_of(name) is node.value:
             return  # never assigned before in this scope: a parameter or a global
-        if requires_grad_evidence(self.ctx, node.value) is True:
-            self.candidates.append((self.ctx.site(), node, name, node.value, f"`{name} += {self.ctx.code_for(node.value)}`"))
+        if requires_grad_evidence(self.ctx, node.value) is not False:
+            self.candidates.append((self.ctx.site(), node, name, node.value, f"`{name} += {self.ctx.code_for(node.value)}`", requires_grad_evidence(self.ctx, node.value) is True))
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
@@ -365,6 +391,10 @@ class GraphKeptAliveByAccumulation(Rule):
         if isinstance(func, cst.Attribute) and (method in _BACKPROP_METHODS or method == "backward"):
             for part in [func.value] + [a.value for a in node.args]:
                 self._mark_names(part, self.backpropagated, scope)
+            if method in ("backward", "manual_backward"):
+                for part in [func.value] + [a.value for a in node.args]:
+                    for sub in _names_outside_host_reads(part):
+                        self.backward_direct.add((scope, sub.value))
         elif self.ctx.qualified_name(func) in ("torch.autograd.backward", "torch.autograd.grad"):
             for arg in node.args:
                 self._mark_names(arg.value, self.backpropagated, scope)
@@ -385,8 +415,8 @@ class GraphKeptAliveByAccumulation(Rule):
             initial = self.ctx.value_of(target)
             is_list = isinstance(initial, cst.List) or (isinstance(initial, cst.Call) and last_name(initial.func) == "list" and not initial.args)
             value = node.args[0].value
-            if is_list and requires_grad_evidence(self.ctx, value) is True:
-                self.candidates.append((self.ctx.site(), node, target, value, f"`{target}.append({self.ctx.code_for(value)})`"))
+            if is_list and requires_grad_evidence(self.ctx, value) is not False:
+                self.candidates.append((self.ctx.site(), node, target, value, f"`{target}.append({self.ctx.code_for(value)})`", requires_grad_evidence(self.ctx, value) is True))
 
     def _mark_names(self, expr: cst.CSTNode, into: Set[Tuple[object, str]], scope: object, depth: int = 0) -> None:
         for sub in _names_outside_host_reads(expr):
@@ -421,9 +451,11 @@ class GraphKeptAliveByAccumulation(Rule):
 
     # -- deciding ------------------------------------------------------------
     def finish(self) -> None:
-        for site, node, name, value, text in self.candidates:
+        for site, node, name, value, text, evident in self.candidates:
             scope = site.function.node if site.function is not None else None
             key = (scope, name)
+            if not evident and not (isinstance(value, cst.Name) and (scope, value.value) in self.backward_direct):
+                continue
             if key in self.backpropagated or key in self.escapes:
                 continue
             if site.in_no_grad() or site.in_exception_path():
@@ -470,4 +502,4 @@ def _names_outside_host_reads(expr: cst.CSTNode):
                 continue
         if isinstance(node, cst.Name):
             yield node
-        stack.extend(node.children)
+        stack.extend(child_nodes(node))

@@ -76,11 +76,14 @@ def lint_text(text: str, path: str, options: FileOptions) -> LintOutput:
     ctx = FileContext(path, text, module, options.target_torch)
     instances = [rule(ctx, {**rule.option_defaults(), **options.rule_options.get(rule.code, {})}) for rule in rules]
     failed: Dict[Rule, InternalError] = {}
+
+    def on_error(method, exc: BaseException) -> None:
+        rule = method.__self__
+        failed.setdefault(rule, InternalError(path, rule.code, "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))))
+
     visits, leaves = build_dispatch(instances)
-    _guard_dispatch(visits, failed, path)
-    _guard_dispatch(leaves, failed, path)
     try:
-        Walker(ctx, visits, leaves).walk(module)
+        Walker(ctx, visits, leaves, on_error).walk(module)
     except RecursionError:
         return LintOutput([], [InternalError(path, "engine", "file too deeply nested to analyse")], True)
     for instance in instances:
@@ -113,26 +116,6 @@ def _ast_syntax_errors(text: str, path: str) -> List[Diagnostic]:
     except (ValueError, RecursionError) as exc:
         return [syntax_error(path, f"SyntaxError: {exc}")]
     return []
-
-
-def _guard_dispatch(table: Dict[type, list], failed: Dict[Rule, InternalError], path: str) -> None:
-    """Isolate rule crashes: a rule that raises is switched off for this file."""
-    for node_type, methods in table.items():
-        table[node_type] = [_guarded(method, failed, path) for method in methods]
-
-
-def _guarded(method, failed, path):
-    rule = method.__self__
-
-    def call(node: cst.CSTNode) -> None:
-        if rule in failed:
-            return
-        try:
-            method(node)
-        except Exception:
-            failed[rule] = InternalError(path, rule.code, traceback.format_exc())
-
-    return call
 
 
 def _place(reports, module: cst.Module, text: str, path: str) -> List[Diagnostic]:

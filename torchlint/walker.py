@@ -48,6 +48,32 @@ def _child_fields(node_type: type) -> Tuple[str, ...]:
     return fields
 
 
+_IS_NODE: Dict[type, bool] = {}
+
+
+def _is_node_type(value_type: type) -> bool:
+    # CSTNode is an ABC, and isinstance() against an ABC is slow; the set of
+    # types met in a tree is small, so cache the answer per type.
+    answer = _IS_NODE.get(value_type)
+    if answer is None:
+        answer = _IS_NODE[value_type] = issubclass(value_type, cst.CSTNode)
+    return answer
+
+
+def child_nodes(node: cst.CSTNode) -> List[cst.CSTNode]:
+    """The code-bearing children of ``node``, in source order; much cheaper
+    than libcst's ``node.children``, which rebuilds the node to find them."""
+    result: List[cst.CSTNode] = []
+    for name in _child_fields(type(node)):
+        value = getattr(node, name)
+        value_type = type(value)
+        if value_type is tuple or value_type is list:
+            result.extend(item for item in value if _is_node_type(type(item)))
+        elif _is_node_type(value_type):
+            result.append(value)
+    return result
+
+
 Dispatch = Dict[type, List[Callable[[cst.CSTNode], None]]]
 
 
@@ -66,10 +92,30 @@ def build_dispatch(rules: Sequence[object]) -> Tuple[Dispatch, Dispatch]:
 
 
 class Walker:
-    def __init__(self, ctx: FileContext, visits: Dispatch, leaves: Dispatch) -> None:
+    """Walks one tree. A rule method that raises is reported to ``on_error``
+    and that rule is switched off for the rest of the file; the walk goes on."""
+
+    def __init__(self, ctx: FileContext, visits: Dispatch, leaves: Dispatch, on_error: Callable[[Callable, BaseException], None]) -> None:
         self.ctx = ctx
         self.visits = visits
         self.leaves = leaves
+        self.on_error = on_error
+
+    def _dispatch(self, table: Dispatch, node_type: type, node: cst.CSTNode) -> None:
+        methods = table.get(node_type)
+        if not methods:
+            return
+        for method in tuple(methods):
+            try:
+                method(node)
+            except Exception as exc:
+                self.on_error(method, exc)
+                self._disable(method.__self__)
+
+    def _disable(self, rule: object) -> None:
+        for table in (self.visits, self.leaves):
+            for node_type, methods in table.items():
+                table[node_type] = [m for m in methods if m.__self__ is not rule]
 
     def walk(self, node: cst.CSTNode) -> None:
         self._visit(node)
@@ -81,27 +127,30 @@ class Walker:
         hook = _ENGINE_HOOKS.get(node_type)
         if hook is not None:
             hook(ctx, node)
-        for method in self.visits.get(node_type, ()):
-            method(node)
+        if node_type in self.visits:
+            self._dispatch(self.visits, node_type, node)
         special = _SPECIAL.get(node_type)
         if special is not None:
             special(self, node)
         else:
             self._children(node, _child_fields(node_type))
-        for method in self.leaves.get(node_type, ()):
-            method(node)
+        if node_type in self.leaves:
+            self._dispatch(self.leaves, node_type, node)
         ctx.stack.pop()
 
     def _children(self, node: cst.CSTNode, fields: Sequence[str]) -> None:
         visit = self._visit
+        is_node = _IS_NODE
         for name in fields:
             value = getattr(node, name)
-            if isinstance(value, cst.CSTNode):
-                visit(value)
-            elif type(value) is tuple or type(value) is list:
+            value_type = type(value)
+            if value_type is tuple or value_type is list:
                 for item in value:
-                    if isinstance(item, cst.CSTNode):
+                    item_type = type(item)
+                    if is_node.get(item_type) or (item_type not in is_node and _is_node_type(item_type)):
                         visit(item)
+            elif is_node.get(value_type) or (value_type not in is_node and _is_node_type(value_type)):
+                visit(value)
 
     # -- nodes that open a scope the engine tracks ------------------------------
     def _function(self, node: cst.FunctionDef) -> None:
