@@ -146,6 +146,15 @@ class MissingZeroGrad(Rule):
                 loss = train_step(model, x, y)
                 optimizer.step()
         """),
+        Valid("""
+            import torch
+            for i, t in enumerate(timesteps):
+                x_in = latents.detach().clone().requires_grad_()
+                opt = torch.optim.SGD([x_in], lr=0.1)
+                loss = guidance_loss(unet(x_in, t))
+                loss.backward()
+                opt.step()
+        """),
     ]
 
     INVALID = [
@@ -231,7 +240,8 @@ class MissingZeroGrad(Rule):
         self.backward_loops: Set[int] = set()
         self.clearing_loops: Set[int] = set()
         self.clearing_functions: Set[str] = set()
-        self.steps: List[Tuple[LoopInfo, cst.Call, str]] = []
+        self.steps: List[Tuple[LoopInfo, cst.Call, str, str]] = []
+        self.assigned_in_loops: Set[Tuple[int, str]] = set()
 
     def _enclosing_loops(self) -> List[LoopInfo]:
         result, loop = [], self.ctx.loop
@@ -252,6 +262,12 @@ class MissingZeroGrad(Rule):
         for target in node.targets:
             if isinstance(target.target, cst.Attribute) and target.target.attr.value == "grad":
                 self._clears()
+            elif self.ctx.loop is not None:
+                # An optimizer built inside the loop starts from fresh parameters each time.
+                name = dotted_name(target.target)
+                if name is not None:
+                    for loop in self._enclosing_loops():
+                        self.assigned_in_loops.add((id(loop.node), name))
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
@@ -277,16 +293,16 @@ class MissingZeroGrad(Rule):
             found = scaler_call(self.ctx, node)
             if found is not None:
                 if found.argument is not None:
-                    self.steps.append((self.ctx.loop, node, self.ctx.code_for(node)))
+                    self.steps.append((self.ctx.loop, node, self.ctx.code_for(node), dotted_name(found.argument) or ""))
                 return
             receiver = func.value
             receiver_name = last_name(receiver.value if isinstance(receiver, cst.Subscript) else receiver)
             if receiver_name and OPTIMIZER_NAME.search(receiver_name) and "sched" not in receiver_name.lower():
-                self.steps.append((self.ctx.loop, node, self.ctx.code_for(node)))
+                self.steps.append((self.ctx.loop, node, self.ctx.code_for(node), dotted_name(receiver) or ""))
 
     def finish(self) -> None:
         reported: Set[int] = set()
-        for loop, node, text in self.steps:
+        for loop, node, text, optimizer in self.steps:
             target = loop
             while target is not None and id(target.node) not in self.backward_loops:
                 target = target.parent
@@ -296,9 +312,12 @@ class MissingZeroGrad(Rule):
                 continue
             if target.calls & self.clearing_functions:
                 continue
+            if (id(target.node), optimizer) in self.assigned_in_loops:
+                continue
             reported.add(id(target.node))
             self.report(
                 node,
                 f"`{text}` runs in {target.line_hint}, which calls `backward()` but never clears the gradients: "
                 "every step applies the sum of all gradients so far; call `zero_grad()` after each step",
             )
+

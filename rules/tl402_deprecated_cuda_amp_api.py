@@ -303,6 +303,13 @@ class DeprecatedCudaAmpApi(Rule):
             if isinstance(ancestor, (cst.If, cst.IfExp)) and child is not ancestor.test:
                 if _COMPAT_TEST.search(self.ctx.code_for(ancestor.test)):
                     return True
+            if isinstance(ancestor, cst.IndentedBlock):
+                # an earlier `if hasattr(torch.amp, "GradScaler"): return ...` in the same block
+                for statement in ancestor.body:
+                    if statement is child:
+                        break
+                    if isinstance(statement, cst.If) and _COMPAT_TEST.search(self.ctx.code_for(statement.test)):
+                        return True
             if isinstance(ancestor, cst.Try):
                 if child is not ancestor.body:
                     return True

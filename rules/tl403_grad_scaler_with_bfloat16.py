@@ -15,7 +15,9 @@ class GradScalerWithBfloat16(Rule):
     Flags a `GradScaler` that is always enabled where every autocast region
     of the same scope computes in `torch.bfloat16`. The scope is the
     function, the class (a scaler created in `__init__` and autocast used in
-    another method) or the module's top level.
+    another method) or the module's top level; a scaler whose scope has no
+    autocast region (created in `main()` and passed to the training
+    function) is judged by every autocast region of the module.
 
     The rule stays silent when the scaler's `enabled=` is computed (the usual
     `GradScaler(enabled=(dtype == torch.float16))`), when any autocast region
@@ -129,9 +131,34 @@ class GradScalerWithBfloat16(Rule):
             scaler = torch.amp.GradScaler("cuda")
             model = model.to(torch.bfloat16)
         """),
+        Valid("""
+            import torch
+            def train(model, x, scaler):
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    loss = model(x)
+                with torch.autocast("cuda"):
+                    aux = model(x)
+
+            def main():
+                scaler = torch.amp.GradScaler("cuda")
+                train(model, x, scaler)
+        """),
     ]
 
     INVALID = [
+        Invalid(
+            """
+            import torch
+            def train(model, x, scaler):
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    return model(x)
+
+            def main():
+                scaler = torch.amp.GradScaler("cuda")
+                train(model, x, scaler)
+            """,
+            line=7,
+        ),
         Invalid(
             """
             import torch
@@ -236,6 +263,9 @@ class GradScalerWithBfloat16(Rule):
     def finish(self) -> None:
         for scope, node in self.scalers:
             dtypes = self.autocasts.get(scope)
+            if not dtypes:
+                # Created in one function (``main``) and used in another: the module decides.
+                dtypes = [d for found in self.autocasts.values() for d in found]
             if not dtypes or any(d != _BFLOAT16 for d in dtypes):
                 continue
             self.report(

@@ -271,17 +271,24 @@ class BackwardWithoutScaler(Rule):
         # scope -> plain backward calls / scaler steps in it
         self.backwards: Dict[Optional[cst.CSTNode], List[Tuple[Site, cst.Call]]] = {}
         self.steps: Dict[Optional[cst.CSTNode], List[Tuple[Site, str]]] = {}
-        self.disabled: Set[str] = set()
+        # (scope, scaler name) of scalers created with enabled=False; ``self.x``
+        # scalers are keyed by class, the others by function
+        self.disabled: Set[Tuple[object, str]] = set()
 
     def _scope(self) -> Optional[cst.CSTNode]:
         return self.ctx.function.node if self.ctx.function is not None else None
+
+    def _scaler_key(self, name: str) -> Tuple[object, str]:
+        if name.startswith("self.") and self.ctx.class_names:
+            return (self.ctx.class_names[-1], name)
+        return (self._scope(), name)
 
     def visit_Assign(self, node: cst.Assign) -> None:
         if is_grad_scaler_call(self.ctx, node.value) and enabled(self.ctx, node.value) is False:  # type: ignore[arg-type]
             for target in node.targets:
                 name = dotted_name(target.target)
                 if name:
-                    self.disabled.add(name)
+                    self.disabled.add(self._scaler_key(name))
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
@@ -293,11 +300,12 @@ class BackwardWithoutScaler(Rule):
         elif func.attr.value == "step":
             found = scaler_call(self.ctx, node)
             if found is not None:
-                self.steps.setdefault(self._scope(), []).append((self.ctx.site(), found.scaler))
+                if self._scaler_key(found.scaler) not in self.disabled:
+                    self.steps.setdefault(self._scope(), []).append((self.ctx.site(), found.scaler))
 
     def finish(self) -> None:
         for scope, backwards in self.backwards.items():
-            steps = [(site, name) for site, name in self.steps.get(scope, ()) if name not in self.disabled]
+            steps = self.steps.get(scope, [])
             if not steps:
                 continue
             for site, node in backwards:
