@@ -12,12 +12,14 @@ from torchlint.tensors import device_move
 _DETERMINISTIC = frozenset(
     "torch." + name
     for name in (
-        "zeros ones empty full arange range linspace logspace eye tensor as_tensor zeros_like ones_like "
-        "empty_like full_like empty_strided scalar_tensor tril_indices triu_indices"
+        "zeros ones empty full arange range linspace logspace eye tensor as_tensor "
+        "empty_strided scalar_tensor tril_indices triu_indices"
     ).split()
 )
 # Random factories: the device's generator draws different numbers than the CPU's.
-_RANDOM = frozenset("torch." + name for name in "rand randn randint randperm rand_like randn_like randint_like".split())
+_RANDOM = frozenset("torch." + name for name in "rand randn randint randperm".split())
+# The ``*_like`` factories are not listed: they allocate on their input's
+# device, which is usually the device already (``zeros_like(latents).to(device, dtype)``).
 
 
 class CpuTensorThenMove(Rule):
@@ -26,13 +28,14 @@ class CpuTensorThenMove(Rule):
     a device: `torch.zeros(n).cuda()`, `torch.randn(n).to(device)`,
     `torch.tensor(data).to(device)`, `torch.arange(n).to(x.device)` and the
     like, for the factories that accept `device=` (`zeros`, `ones`, `empty`,
-    `full`, `arange`, `linspace`, `eye`, `tensor`, `as_tensor`, the `*_like`
-    functions, `rand`, `randn`, `randint`, `randperm`, …).
+    `full`, `arange`, `linspace`, `eye`, `tensor`, `as_tensor`, `rand`,
+    `randn`, `randint`, `randperm`, …).
 
     Not flagged: factories that already pass `device=`, random factories
     that draw from an explicit `generator=` (a CPU generator is a common way
     to get the same numbers on every device), moves to the CPU, dtype casts,
-    and `torch.from_numpy(...)` (which cannot allocate on a device).
+    `torch.from_numpy(...)` (which cannot allocate on a device), and the
+    `*_like` factories, which allocate on their input's device.
 
     ## Why is this bad?
     The tensor is allocated and filled on the host, then copied to the device
@@ -79,6 +82,12 @@ class CpuTensorThenMove(Rule):
     requires_any = ("torch",)
 
     VALID = [
+        # *_like factories allocate where their input lives.
+        Valid("""
+            import torch
+            mask = torch.zeros_like(latents).to(device, dtype)
+            noise = torch.randn_like(latents).to(device)
+        """),
         Valid("""
             import torch
             x = torch.zeros(3, device=device)
@@ -218,12 +227,12 @@ class CpuTensorThenMove(Rule):
             """
             import torch
             for batch in loader:
-                weights = torch.ones_like(batch, dtype=torch.float).to("cuda:0")
+                weights = torch.ones(len(batch), dtype=torch.float).to("cuda:0")
             """,
             fixed="""
             import torch
             for batch in loader:
-                weights = torch.ones_like(batch, dtype=torch.float, device="cuda:0")
+                weights = torch.ones(len(batch), dtype=torch.float, device="cuda:0")
             """,
         ),
         Invalid(
