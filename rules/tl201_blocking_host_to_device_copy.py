@@ -225,6 +225,24 @@ class BlockingHostToDeviceCopy(Rule):
     INVALID = [
         Invalid(
             """
+            import torch
+            from torch.utils.data import DataLoader
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            loader = DataLoader(dataset, batch_size=64, pin_memory=True)
+            for x, y in loader:
+                x = x.to(device)
+            """,
+            fixed="""
+            import torch
+            from torch.utils.data import DataLoader
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            loader = DataLoader(dataset, batch_size=64, pin_memory=True)
+            for x, y in loader:
+                x = x.to(device, non_blocking=True)
+            """,
+        ),
+        Invalid(
+            """
             from torch.utils.data import DataLoader
             loader = DataLoader(ds, batch_size=32, pin_memory=True)
             for x, y in loader:
@@ -506,6 +524,9 @@ class BlockingHostToDeviceCopy(Rule):
             return isinstance(value, str) and value.startswith(("cuda", "xpu"))
         if isinstance(expr, cst.Integer):
             return True  # a CUDA ordinal
+        if isinstance(expr, cst.IfExp):
+            # torch.device("cuda" if torch.cuda.is_available() else "cpu"): the GPU when there is one.
+            return self._is_gpu_device(expr.body, depth + 1) or self._is_gpu_device(expr.orelse, depth + 1)
         if isinstance(expr, cst.Call):
             qname = self.ctx.qualified_name(expr.func)
             if qname == "torch.device" and expr.args:

@@ -36,6 +36,7 @@ import pytest
 from .findings import CHECKS, Finding, parse_checks
 
 PROPERTY = "gpu_sanitize"
+MEMORY_PROPERTY = "gpu_sanitize_memory"
 INACTIVE_LINE = "no CUDA device: GPU sanitizer inactive"
 _MARKER_KWARGS = {"checks", "fail_on", "enabled"}
 _TRUE = {"1", "true", "yes", "on"}
@@ -204,6 +205,14 @@ def _marker_settings(item: pytest.Item, marker: Any) -> Dict[str, Any]:
     return settings
 
 
+_MEMORY_FIELDS = ("peak_allocated_bytes", "peak_reserved_bytes", "peak_exact", "reserved_unallocated_bytes", "slack", "num_alloc_retries", "num_ooms")
+
+
+def _compact_memory(summary: Dict[str, Any]) -> Dict[str, Any]:
+    """The few memory numbers worth carrying per test (they land in JUnit XML too)."""
+    return {key: summary[key] for key in _MEMORY_FIELDS if key in summary}
+
+
 def encode_findings(findings: List[Finding], failing: List[Finding], stack_limit: int = 3) -> str:
     """Compact JSON for ``item.user_properties`` (it also lands in JUnit XML)."""
     entries = []
@@ -245,6 +254,9 @@ def pytest_runtest_call(item: pytest.Item):
         findings = session.findings
         failing = session.failing_findings()
         item.user_properties.append((PROPERTY, encode_findings(findings, failing)))
+        memory = session.summaries().get("memory")
+        if memory and memory.get("available"):
+            item.user_properties.append((MEMORY_PROPERTY, json.dumps(_compact_memory(memory), separators=(",", ":"))))
     if failing:
         from .report import finding_line
 
@@ -264,11 +276,14 @@ class _Collector:
         self.config = config
         self.state = state
         self.results: Dict[str, Dict[str, Any]] = {}
+        self.memory: Dict[str, Dict[str, Any]] = {}
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when != "call":
             return
         for name, value in getattr(report, "user_properties", ()):
+            if name == MEMORY_PROPERTY:
+                self.memory[report.nodeid] = json.loads(value)
             if name != PROPERTY:
                 continue
             entries = decode_findings(value)
@@ -287,6 +302,9 @@ class _Collector:
                      "failed_by_sanitizer": r["failed_by_sanitizer"]}
             for nodeid, r in self.results.items()
         }
+        for nodeid, memory in self.memory.items():
+            if nodeid in tests:
+                tests[nodeid]["memory"] = memory
         return build_report(findings, checks=self.state.checks, tests=tests, fail_on=self.state.fail_on)
 
     @pytest.hookimpl(trylast=True)

@@ -17,7 +17,13 @@ JSON report, version 1 (stable: add fields, never rename or remove them)
       "steps": {"completed": int, "warmup": int, "measured": int,
                 "source": "optimizer" | "explicit" | "none"},   # script / library
       "tests": {"<nodeid>": {"outcome": "passed" | "failed" | "skipped",
-                             "findings": int, "failed_by_sanitizer": bool}}  # pytest
+                             "findings": int, "failed_by_sanitizer": bool,
+                             "memory": {...} | absent}},  # pytest; memory: the test's summary
+      # when the memory check ran (script / library runs):
+      "memory": {"available": bool, "peak_allocated_bytes": int, "peak_reserved_bytes": int,
+                 "peak_exact": bool, "reserved_unallocated_bytes": int, "slack": float,
+                 "inactive_split_bytes": int, "num_alloc_retries": int, "num_ooms": int, ...}
+                 # MemoryCheck.summary(); docs/sanitizer-memory.md defines each field
     }
 
 A Finding (``Finding.to_json()``)::
@@ -151,8 +157,12 @@ def build_report(
     fail_on: Iterable[str] = (),
     device: Any = _AUTO,
     torch: Any = _AUTO,
+    summaries: Optional[Dict[str, Any]] = None,
 ) -> Dict[str, Any]:
-    """The run report. Pass exactly one of ``steps`` (script, library) or ``tests`` (pytest)."""
+    """The run report. Pass exactly one of ``steps`` (script, library) or ``tests`` (pytest).
+
+    ``summaries`` maps a check name to its plain-data summary; each becomes a
+    top-level key (``"memory"``)."""
     if (steps is None) == (tests is None):
         raise ValueError("a report has either steps or tests")
     report: Dict[str, Any] = {
@@ -168,6 +178,8 @@ def build_report(
         report["steps"] = dict(steps)
     else:
         report["tests"] = dict(tests)
+    for name, summary in (summaries or {}).items():
+        report[name] = summary
     return report
 
 

@@ -289,6 +289,10 @@ class SanitizerSession:
             "source": "explicit" if self.explicit_steps else ("optimizer" if self.step_index else "none"),
         }
 
+    def summaries(self) -> Dict[str, Any]:
+        """Per-check plain-data summaries (the memory check's peaks and counters)."""
+        return {check.name: check.summary() for check in self._checks if callable(getattr(check, "summary", None))}
+
     def report(self) -> Dict[str, Any]:
         from .report import build_report
 
@@ -297,6 +301,7 @@ class SanitizerSession:
             checks=sorted(self.checks),
             steps=self.steps_summary(),
             fail_on=sorted(self.fail_on),
+            summaries=self.summaries(),
         )
 
 
