@@ -683,7 +683,8 @@ class HappensBefore:
         is_write = record.is_write
         worst: Optional[Dict[Hashable, AccessRecord]] = None
         slot = 0 if is_write else 1
-        for seg in self._cover(record.start, record.end):
+        covered = self._cover(record.start, record.end)
+        for seg in covered:
             streams = seg.streams
             if len(streams) > 1 or stream not in streams:
                 for other, (last_write, last_read) in streams.items():
@@ -703,13 +704,42 @@ class HappensBefore:
                         if best is None or hit.seq > best.seq:
                             worst[other] = hit
             pair = streams.get(stream)
-            if pair is None:
+            if pair is None or is_write:
+                # A write supersedes the stream's earlier read of these bytes:
+                # whenever that read is unordered for a later access, so is this
+                # write, with a larger seq, and the latest one is what is
+                # reported. Dropping it lets equal segments merge below.
                 streams[stream] = [record, None] if is_write else [None, record]
             else:
                 pair[slot] = record
+        if len(covered) > 1:
+            self._merge_equal(covered)
         if worst is not None:
             for earlier in worst.values():
                 self._report(earlier, record)
+
+    def _merge_equal(self, covered: List[_Segment]) -> None:
+        """Fold adjacent covered segments whose history is now the same into one.
+
+        Without this, memory that the allocator hands out again at the same
+        address with another size stays split at every old boundary, and each
+        later access to it leaves the fast path.
+        """
+        first = covered[0]
+        state = first.streams
+        for seg in covered[1:]:
+            other = seg.streams
+            if len(other) != len(state):
+                return
+            for stream, (write, read) in state.items():
+                pair = other.get(stream)
+                if pair is None or pair[0] is not write or pair[1] is not read:
+                    return
+        first.end = covered[-1].end  # _cover returns contiguous segments
+        lo = bisect_left(self._starts, covered[1].start)
+        hi = lo + len(covered) - 1
+        del self._starts[lo:hi]
+        del self._segs[lo:hi]
 
     def _report(self, earlier: AccessRecord, later: AccessRecord) -> None:
         overlap = (max(earlier.start, later.start), min(earlier.end, later.end))

@@ -105,6 +105,17 @@ def _long_site() -> tuple:
     return tuple(frames) if frames else NO_USER_FRAME
 
 
+_LABELS: Dict[str, List[str]] = {}
+
+
+def _list_labels(name: str, count: int) -> List[str]:
+    """``["name[0]", "name[1]", ...]`` (at least ``count`` of them), cached."""
+    labels = _LABELS.get(name)
+    if labels is None or len(labels) < count:
+        labels = _LABELS[name] = [f"{name}[{position}]" for position in range(max(count, 16))]
+    return labels
+
+
 def _plan(func) -> tuple:
     """How an op touches memory, from its schema: (kind, inputs, output_writes, name, is_c10d)."""
     schema = func._schema
@@ -576,6 +587,8 @@ class RaceCheck:
             self._record_stream(args, kwargs)
             return
         items = []
+        # One user site per op, shared by its accesses and any allocation it reveals.
+        site = _site()
         for index, name, is_write, is_list, kwarg_only in plan[1]:
             if not kwarg_only and index < len(args):
                 value = args[index]
@@ -586,32 +599,34 @@ class RaceCheck:
             if value is None:
                 continue
             if is_list:
+                # foreach ops: argument labels built once per (argument, position), not per tensor per step
+                labels = _list_labels(name, len(value))
                 for position, tensor in enumerate(value):
                     if tensor is not None:
-                        self._add_item(items, tensor, f"{name}[{position}]", is_write)
+                        self._add_item(items, tensor, labels[position], is_write, site)
             else:
-                self._add_item(items, value, name, is_write)
+                self._add_item(items, value, name, is_write, site)
         if plan[2] and out is not None:
             if isinstance(out, (tuple, list)):
                 for position, tensor in enumerate(out):
                     if isinstance(tensor, self._torch.Tensor):
-                        self._add_item(items, tensor, f"result[{position}]", True)
+                        self._add_item(items, tensor, f"result[{position}]", True, site)
             elif isinstance(out, self._torch.Tensor):
-                self._add_item(items, out, "result", True)
+                self._add_item(items, out, "result", True, site)
         if plan[3] in _NO_WRITE_OUTPUT and isinstance(out, self._torch.Tensor):
             # Allocated, not written: remember where, for reports.
-            self._note_alloc(out)
+            self._note_alloc(out, site)
         if items:
-            self._engine.launch(self._current_stream(), items, plan[3], _site())
+            self._engine.launch(self._current_stream(), items, plan[3], site)
 
-    def _note_alloc(self, tensor) -> None:
+    def _note_alloc(self, tensor, site=None) -> None:
         if tensor.is_cuda is not self._want_cuda or tensor.numel() == 0:
             return
         base = tensor.data_ptr() - tensor.storage_offset() * tensor.element_size()
         if base not in self._allocs:
-            self._new_alloc(tensor, base)
+            self._new_alloc(tensor, base, site)
 
-    def _add_item(self, items: list, tensor, arg: str, is_write: bool) -> None:
+    def _add_item(self, items: list, tensor, arg: str, is_write: bool, site=None) -> None:
         # The hot path: a handful of C calls per tensor, no objects beyond one tuple.
         if tensor.__class__ is not _Tensor and not isinstance(tensor, _Tensor):
             return
@@ -638,15 +653,17 @@ class RaceCheck:
         base = pointer - offset * itemsize
         alloc = self._allocs.get(base)
         if alloc is None:
-            alloc = self._new_alloc(tensor, base)
+            alloc = self._new_alloc(tensor, base, site)
         items.append((start, end, is_write, arg, (tensor.shape, tensor.dtype, offset, base, pointer, stride), alloc, None, None))
 
-    def _new_alloc(self, tensor, base: int):
+    def _new_alloc(self, tensor, base: int, site=None):
         try:
             nbytes = tensor.untyped_storage().nbytes()
         except Exception:
             nbytes = tensor.numel() * tensor.element_size()
-        alloc = self._engine.alloc(base, base + nbytes, self._current_stream(), _site(), "")
+        if site is None:
+            site = _site()
+        alloc = self._engine.alloc(base, base + nbytes, self._current_stream(), site, "")
         self._allocs[base] = alloc
         return alloc
 
@@ -722,7 +739,9 @@ class RaceCheck:
     def _name_stream(self, stream) -> None:
         """Remember the user's variable name for a stream (looked up in the user's frame)."""
         key = getattr(stream, "cuda_stream", None)
-        if key is None or key in self._stream_names and key != DEFAULT_STREAM:
+        # The default stream's name is fixed: scanning the user's frame for it
+        # (on every set_stream and wait_stream) found nothing to keep.
+        if key is None or key == DEFAULT_STREAM or key in self._stream_names:
             return
         frame = _user_frame()
         if frame is None:

@@ -239,11 +239,11 @@ def test_freed_memory_reused_without_record_stream_is_a_reuse_race(check):
     check._allocs.pop(x_base, None)
     check._engine.free(x_base)
     del x
-    y = torch.zeros(256)
-    # Pretend y landed where x was (what the CUDA allocator does on the same stream).
+    # The next owner, y, lands where x was (what the CUDA allocator does on the
+    # same stream). Fed to the engine directly: a real torch.zeros here would get
+    # the bytes from malloc only sometimes, and then report the same race twice.
     alloc = check._engine.alloc(x_base, x_base + 1024, races.DEFAULT_STREAM, (("y.py", 1, "f"),), "y")
     check._engine.launch(races.DEFAULT_STREAM, [(x_base, x_base + 1024, True, "self", None, alloc, None, None)], "zero_", (("y.py", 2, "f"),))
-    del y
     (finding,) = check.findings()
     assert finding.details["cause"] == "reuse"
     assert "record_stream" in finding.fix_hint

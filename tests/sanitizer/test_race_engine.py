@@ -414,3 +414,38 @@ def test_alloc_info_lookup():
     assert info is not None and info.label == "x"
     engine.run([Free(100)])
     assert engine.live_alloc(150) is None
+
+
+def test_memory_reused_at_another_size_does_not_stay_fragmented():
+    # The allocator hands one address out again with other sizes; the map must
+    # fold the old boundaries back once one stream's write covers them, or every
+    # later access to the block leaves the exclusive-segment fast path.
+    engine = HappensBefore(gc_min=10_000)
+    for step in range(50):
+        engine.run([
+            k(DEFAULT, write(0, 64)),
+            k(DEFAULT, write(0, 256)),
+            k(DEFAULT, write(32, 96)),
+            k(DEFAULT, write(0, 256)),
+        ])
+    assert engine.segment_count() == 1
+    assert engine.races == []
+
+
+def test_a_write_supersedes_its_streams_earlier_read_without_hiding_races():
+    engine = HappensBefore(keep_all=True)
+    engine.run([
+        k(SIDE, read(0, 64), op="peek"),
+        k(SIDE, write(0, 64), op="fill"),
+        k(DEFAULT, write(0, 64), op="zero_"),  # unordered with both: the latest (fill) is reported
+    ])
+    (race,) = engine.races
+    assert race.earlier.op == "fill" and race.earlier.is_write
+    engine = HappensBefore()
+    engine.run([
+        k(SIDE, read(0, 64), op="peek"),
+        k(SIDE, write(0, 64), op="fill"),
+        WaitStream(DEFAULT, SIDE),
+        k(DEFAULT, write(0, 64), op="zero_"),
+    ])
+    assert engine.races == []
