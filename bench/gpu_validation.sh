@@ -13,7 +13,8 @@ python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.versio
 if [ "$part" = tests ]; then
   python3 -m pytest -p no:cacheprovider tests/sanitizer/gpu -q -rs 2>&1 | tee "$out/gpu-tests.log" | tail -25
   echo "== torchlint-sanitize examples/train.py"
-  (cd examples && torchlint-sanitize --warmup-steps 2 --report-json "../$out/train-report.json" train.py --epochs 1 --samples 2048) 2>&1 | tail -25
+  report="$(cd "$out" && pwd)/train-report.json"
+  (cd examples && torchlint-sanitize --warmup-steps 2 --report-json "$report" train.py --epochs 1 --samples 2048) 2>&1 | tail -25
 else
   python3 bench/sanitizer_overhead.py --rounds 2 --json "$out/overhead.json" 2>&1 | tee "$out/overhead.log" | tail -30
   python3 bench/csan_comparison.py --json "$out/csan.json" 2>&1 | tee "$out/csan.log" | tail -20
