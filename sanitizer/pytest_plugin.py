@@ -15,8 +15,9 @@ Each test runs in its own ``SanitizerSession``, started and stopped around
 the call phase (``pytest_runtest_call``), so every global it changes (the sync
 debug mode, warning filters, wrapped functions, allocator hooks) is restored
 after each test. A test fails at its end when a finding matches
-``--gpu-sanitize-fail-on`` (default ``oom:fragmentation``: an out-of-memory
-error caused by fragmentation; every other finding is reported). Findings
+``--gpu-sanitize-fail-on`` (default ``oom:fragmentation,race``: an
+out-of-memory error caused by fragmentation, or a cross-stream race; every
+other finding is reported). Findings
 travel to the controller in ``item.user_properties`` as compact JSON, so the
 summary and the run report also work under pytest-xdist.
 
@@ -82,7 +83,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--gpu-sanitize-fail-on", default=None, dest="gpu_sanitize_fail_on", metavar="KINDS",
         help="finding kinds that fail a test (e.g. sync,race,oom:fragmentation; all; none). "
-             "Default: oom:fragmentation",
+             "Default: oom:fragmentation,race",
     )
     group.addoption(
         "--gpu-sanitize-report", default=None, dest="gpu_sanitize_report", metavar="PATH",

@@ -150,12 +150,14 @@ def test_fail_on_selectors():
     oom_frag = Finding(kind="oom", severity="error", message="m", details={"cause": "fragmentation"})
     oom_true = Finding(kind="oom", severity="error", message="m", details={"cause": "exhaustion"})
     sync = Finding(kind="sync", severity="warning", message="m")
-    assert DEFAULT_FAIL_ON == {"oom:fragmentation"}
+    race = Finding(kind="race", severity="error", message="m")
+    assert DEFAULT_FAIL_ON == {"oom:fragmentation", "race"}
     assert finding_fails(oom_frag, DEFAULT_FAIL_ON) and not finding_fails(oom_true, DEFAULT_FAIL_ON)
+    assert finding_fails(race, DEFAULT_FAIL_ON)
     assert not finding_fails(sync, DEFAULT_FAIL_ON)
     assert finding_fails(oom_true, parse_fail_on("oom")) and finding_fails(sync, parse_fail_on("sync,race"))
     assert parse_fail_on("none") == frozenset() and "race" in parse_fail_on("all")
-    assert parse_fail_on("default,sync") == {"oom:fragmentation", "sync"}
+    assert parse_fail_on("default,sync") == {"oom:fragmentation", "race", "sync"}
     with pytest.raises(ValueError, match="valid:.*oom:fragmentation"):
         parse_fail_on("slow")
 
