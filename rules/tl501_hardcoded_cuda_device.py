@@ -7,7 +7,7 @@ import libcst as cst
 
 from torchlint.analysis import Site, iter_subtree
 from torchlint.names import dotted_name, last_name
-from torchlint.rule import DISPLAY_ONLY, SAFE, Fix, Invalid, Rule, Valid
+from torchlint.rule import DISPLAY_ONLY, SAFE, Fix, Invalid, Option, Rule, Valid
 
 _CUDA_LITERAL = re.compile(r"^cuda(:\d+)?$")
 # Names of variables and parameters that hold a device.
@@ -36,7 +36,9 @@ _CUDA_ONLY = re.compile(r"(?i)(cuda|gpu)")
 # cuDNN, NCCL, Triton kernels, GPU benchmarks.
 _CUDA_ONLY_CODE = re.compile(r"(?i)(cuda|cudnn|gpu|triton|nccl|cutlass|nvidia|bench)")
 # Importing one of these makes a module CUDA-only by design.
-_CUDA_ONLY_MODULES = ("triton", "bitsandbytes", "cupy", "pycuda", "apex")
+_CUDA_ONLY_MODULES = ("triton", "bitsandbytes", "cupy", "pycuda", "apex", "cutlass", "cuda", "tensorrt", "flash_attn")
+# test_x.py, x_test.py, conftest.py, or anything under test/, tests/, testing/
+_TEST_PATH = re.compile(r"(^|/)(tests?|testing)/|(^|/)(test_[^/]*|[^/]*_tests?|conftest)\.pyi?$")
 # Classes whose ``device`` is a device *type* (GradScaler and autocast subclasses).
 _DEVICE_TYPE_CLASS = re.compile(r"(?i)(scaler|autocast)")
 
@@ -85,7 +87,11 @@ class HardcodedCudaDevice(Rule):
       (`def _forward_cuda`, `class CUDATestBase`, `def benchmark`); files
       whose path mentions them (`ops/cuda/`, `backends/cudnn/`,
       `_triton_ops.py`); and modules that import `triton`, `bitsandbytes`,
-      `cupy`, `pycuda` or `apex`.
+      `cupy`, `pycuda`, `apex`, `cutlass`, `cuda` (cuda-python), `tensorrt`
+      or `flash_attn`;
+    - in test modules (`test_*.py`, `*_test.py`, `conftest.py`, and files
+      under `test/`, `tests/` or `testing/`): tests usually target a device
+      on purpose. Set the `check-tests` option to check them too.
 
     `.cuda(i)` with a variable index (`.cuda(args.gpu)`, `.cuda(local_rank)`)
     is not flagged: the author placed the value on a chosen GPU, as
@@ -155,8 +161,16 @@ class HardcodedCudaDevice(Rule):
     summary = "A `.cuda()` call or a `\"cuda\"` device literal ties code to CUDA"
     fix_availability = "sometimes"
     requires_any = ("cuda",)
+    options = {"check-tests": Option(bool, False, "also check test modules, which are skipped by default")}
 
     VALID = [
+        Valid("""
+            def check_device(a, b, device="cuda"):
+                return a.device.type == b.device.type == device
+
+            def should_decompose(mat1, mat2):
+                return check_device(mat1, mat2, device="cuda") or check_device(mat1, mat2, device="xpu")
+        """),
         Valid("""
             import torch
             device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -414,6 +428,8 @@ class HardcodedCudaDevice(Rule):
             return
         if _DEVICE_NAME.match(node.name.value):
             function = next((n for n in reversed(self.ctx.stack) if isinstance(n, cst.FunctionDef)), None)
+            if function is not None and "device_type" in function.name.value.lower():
+                return  # set_device_type(device="cuda"): a device type, by the function's own name
             if function is not None:
                 self.default_params.setdefault(function, {})[node.name.value] = [False, False]
             self._literal(
@@ -437,7 +453,9 @@ class HardcodedCudaDevice(Rule):
         if not params:
             return
         operands = [node.left] + [c.comparator for c in node.comparisons]
-        if any(isinstance(o, cst.SimpleString) for o in operands):
+        # Compared with a literal, or with some tensor's `.device.type`: the
+        # parameter is one device (type) among several, not a hardcoded one.
+        if any(isinstance(o, cst.SimpleString) or (isinstance(o, cst.Attribute) and o.attr.value == "type") for o in operands):
             for operand in operands:
                 if isinstance(operand, cst.Name) and operand.value in params:
                     params[operand.value][1] = True
@@ -536,12 +554,29 @@ class HardcodedCudaDevice(Rule):
     def finish(self) -> None:
         if any(self.ctx.names.imports_module(m) for m in _CUDA_ONLY_MODULES):
             return  # Triton kernels, bitsandbytes quantization: CUDA-only by design
+        if not self.opts["check-tests"] and _TEST_PATH.search(self.ctx.path.replace("\\", "/")):
+            return
         for site, node, message, fix in self.candidates:
-            if site.under_cuda_guard() or self._device_chosen(site) or self._cuda_only_by_design(site):
+            if site.under_cuda_guard() or self._device_chosen(site) or self._cuda_only_by_design(site) or self._passed_as_device_type(site):
                 continue
             if isinstance(site.parent, cst.Param) and self._default_is_a_choice(site):
                 continue
             self.report(node, message, fix)
+
+    def _passed_as_device_type(self, site: Site) -> bool:
+        """``check_device(a, b, device="cuda")`` where the module's own
+        ``check_device`` only compares that parameter with device types."""
+        call = next((n for n in reversed(site.stack[:-1]) if isinstance(n, cst.Call)), None)
+        if call is None or not isinstance(call.func, cst.Name):
+            return False
+        arg = next((a for a in call.args if a.value is site.node), None)
+        if arg is None or arg.keyword is None:
+            return False
+        for info in self.ctx.facts.functions.get(call.func.value, ()):
+            state = self.default_params.get(info.node, {}).get(arg.keyword.value)
+            if state is not None and state[1]:
+                return True
+        return False
 
     def _default_is_a_choice(self, site: Site) -> bool:
         """A CUDA default of a parameter the function never uses (a signature

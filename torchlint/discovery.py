@@ -39,30 +39,36 @@ class DiscoveryOptions:
 
 
 def _excluded(path: str, options: DiscoveryOptions) -> bool:
+    """Does this one path (not its parents) match an exclude pattern? A
+    pattern without a slash matches the name; one with a slash, the path
+    relative to the root (or the absolute path)."""
     name = os.path.basename(path)
-    relative = os.path.relpath(os.path.abspath(path), options.root).replace(os.sep, "/")
+    absolute = os.path.abspath(path)
+    relative = os.path.relpath(absolute, options.root).replace(os.sep, "/")
     for pattern in options.patterns:
         pattern = pattern.rstrip("/")
-        if fnmatch.fnmatchcase(name, pattern) or fnmatch.fnmatchcase(relative, pattern) or fnmatch.fnmatchcase(relative, pattern + "/*"):
+        if "/" not in pattern:
+            if fnmatch.fnmatchcase(name, pattern):
+                return True
+        elif fnmatch.fnmatchcase(relative, pattern.lstrip("/")) or fnmatch.fnmatchcase(absolute.replace(os.sep, "/"), pattern):
             return True
     return False
 
 
 def _force_excluded(path: str, options: DiscoveryOptions) -> bool:
-    """For a file named explicitly: is it, or a directory above it (up to the
-    root), excluded?"""
+    """For a path named explicitly: is it, or a directory above it (up to the
+    root), excluded or ignored by git?"""
     absolute = os.path.abspath(path)
+    directory = absolute if os.path.isdir(absolute) else os.path.dirname(absolute)
+    stack = gitignore.for_root(directory).child(directory) if options.respect_gitignore else None
     current = absolute
-    while True:
+    root = os.path.abspath(options.root)
+    while current != root and current.startswith(root + os.sep):
         if _excluded(current, options):
             return True
-        parent = os.path.dirname(current)
-        if parent == current or not parent.startswith(options.root) or parent == options.root:
-            break
-        current = parent
-    if options.respect_gitignore:
-        stack = gitignore.for_root(os.path.dirname(absolute)).child(os.path.dirname(absolute))
-        return stack.ignored(absolute, is_dir=False)
+        if stack is not None and stack.ignored(current, is_dir=os.path.isdir(current)):
+            return True
+        current = os.path.dirname(current)
     return False
 
 

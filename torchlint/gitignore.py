@@ -65,7 +65,9 @@ def _translate(pattern: str) -> str:
             i += 1
     body = "".join(out)
     prefix = "" if anchored else "(?:.*/)?"
-    return f"^{prefix}{body}(?:/.*)?$"
+    # The path itself, not its descendants: the walk prunes an ignored
+    # directory, and a directory named on the command line is still linted.
+    return f"^{prefix}{body}$"
 
 
 def parse(text: str, base: str) -> List[_Rule]:

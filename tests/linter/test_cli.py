@@ -225,6 +225,20 @@ def test_discovery_respects_gitignore_and_excludes(project, capsys):
     assert run_cli(capsys, "--show-files", "--force-exclude", "build/b.py")[1].split() == []
 
 
+def test_directory_named_explicitly_inside_an_excluded_one_is_linted(project, capsys):
+    (project / ".git").mkdir()
+    (project / ".gitignore").write_text("vendor/\n")
+    for name in (".venv/lib/site-packages/pkg/a.py", "vendor/lib/b.py"):
+        path = project / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(CLEAN)
+    assert [os.path.basename(f) for f in run_cli(capsys, "--show-files", ".venv/lib/site-packages/pkg")[1].split()] == ["a.py"]
+    assert [os.path.basename(f) for f in run_cli(capsys, "--show-files", "vendor/lib")[1].split()] == ["b.py"]
+    assert run_cli(capsys, "--show-files", "--force-exclude", "vendor/lib/b.py")[1].split() == []
+    assert run_cli(capsys, "--show-files", "--force-exclude", ".venv/lib/site-packages/pkg/a.py")[1].split() == []
+    assert "a.py" not in run_cli(capsys, "--show-files", ".")[1]
+
+
 def test_parallel_output_is_stable(project, capsys):
     for i in range(12):
         (project / f"m{i:02d}.py").write_text(SYNC)
