@@ -1,12 +1,12 @@
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Set, Tuple
+from typing import Dict, List, Set, Tuple
 
 import libcst as cst
 
-from torchlint.analysis import Site, iter_subtree
+from torchlint.analysis import Site
 from torchlint.walker import child_nodes
-from torchlint.names import dotted_name, last_name
+from torchlint.names import last_name
 from torchlint.rule import SAFE, UNSAFE, Invalid, Rule, Valid
 from torchlint.tensors import requires_grad_evidence
 

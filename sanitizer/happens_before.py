@@ -41,7 +41,7 @@ since the last pass, so it is O(1) amortized, and after a device sync).
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Dict, Hashable, Iterable, List, Optional, Sequence, Tuple
 
 # --------------------------------------------------------------------------

@@ -59,7 +59,7 @@ import warnings
 from typing import Any, Dict, Hashable, List, Optional, Tuple
 
 from .findings import RACE, Finding, Frame
-from .happens_before import HOST, CollectiveStream, HappensBefore, Race
+from .happens_before import CollectiveStream, HappensBefore, Race
 
 try:  # written by the session engineer; guard so the check never breaks without it
     from .frames import raw_user_stack as _raw_user_stack

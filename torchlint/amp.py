@@ -147,7 +147,6 @@ def autocast_dtype(ctx: "FileContext", call: cst.Call) -> Optional[str]:
     ("bfloat16", "float16", "half"…), when it is written as a literal (or a
     local name bound to one); None when it cannot be seen. Without ``dtype=``
     CUDA autocast defaults to float16 and CPU autocast to bfloat16."""
-    qname = _qualified(ctx, call.func)
     value = _keyword(call, "dtype")
     if value is None:
         value = _positional(call, 1)

@@ -6,7 +6,6 @@ Exit codes: 0 no findings left (or all fixed); 1 findings remain, or
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import sys

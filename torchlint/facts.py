@@ -129,9 +129,6 @@ class ModuleFacts:
         self._trains_cache: Dict[str, bool] = {}
 
     # -- queries ---------------------------------------------------------
-    def loop(self, node: cst.CSTNode) -> LoopInfo:
-        return self.loops[id(node)]
-
     def function_trains(self, name: str, _seen: Optional[Set[str]] = None) -> bool:
         """Does a module function of this name train, directly or through calls?"""
         cached = self._trains_cache.get(name)

@@ -10,7 +10,7 @@ Columns handed to flake8 are 0-based; it adds 1 when printing.
 from __future__ import annotations
 
 import ast
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Type
+from typing import Any, Dict, Iterator, List, Sequence, Tuple, Type
 
 from torchlint import __version__
 from torchlint.config import parse_version

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from typing import List, Optional, Pattern, Tuple
+from typing import List, Optional, Pattern
 
 IGNORE_FILES = (".gitignore", ".ignore")
 

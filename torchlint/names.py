@@ -42,7 +42,6 @@ def _module_name(node: Union[cst.Attribute, cst.Name]) -> str:
 class ImportTable:
     def __init__(self) -> None:
         self.aliases: Dict[str, str] = {}
-        self.star_modules: list = []
 
     def add(self, node: Union[cst.Import, cst.ImportFrom]) -> None:
         if isinstance(node, cst.Import):
@@ -58,8 +57,7 @@ class ImportTable:
             return  # relative imports never name torch
         module = _module_name(node.module)
         if isinstance(node.names, cst.ImportStar):
-            self.star_modules.append(module)
-            return
+            return  # `from torch import *` binds names we cannot see
         for alias in node.names:
             name = alias.name.value if isinstance(alias.name, cst.Name) else _module_name(alias.name)
             local = _asname(alias) if alias.asname is not None else name

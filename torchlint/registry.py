@@ -8,7 +8,7 @@ import importlib
 import pkgutil
 import re
 from functools import lru_cache
-from typing import Dict, List, Type
+from typing import Dict, Type
 
 from torchlint.rule import Rule
 
@@ -99,6 +99,3 @@ def rule_by_name_or_code(key: str) -> Type[Rule]:
             return rule
     raise KeyError(key)
 
-
-def codes() -> List[str]:
-    return list(all_rules())

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Sequence, TextIO
+from typing import Callable, Dict, Sequence, TextIO
 
 from torchlint.rule import Diagnostic
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from typing import Any, Dict, List, Optional, Sequence, TextIO
+from typing import Any, Dict, List, Sequence, TextIO
 
 from torchlint import __version__, docs
 from torchlint.registry import all_rules
