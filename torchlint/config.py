@@ -79,11 +79,12 @@ def load_toml(path: str) -> Dict[str, Any]:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
 
 
-def load_config(path: str, rules: Dict[str, Type[Rule]], table: Optional[Dict[str, Any]] = None) -> Config:
-    """Read and validate ``path`` (a pyproject.toml or a torchlint.toml)."""
-    data = load_toml(path)
-    if table is None:
-        table = data.get("tool", {}).get("torchlint", {}) if path.endswith("pyproject.toml") else data
+def load_config(path: str, rules: Dict[str, Type[Rule]], data: Optional[Dict[str, Any]] = None) -> Config:
+    """Validate the settings of ``path`` (a pyproject.toml or a torchlint.toml);
+    ``data`` is the file's parsed TOML when the caller has it already."""
+    if data is None:
+        data = load_toml(path)
+    table = data.get("tool", {}).get("torchlint", {}) if path.endswith("pyproject.toml") else data
     config = Config(path=path, root=os.path.dirname(os.path.abspath(path)))
     apply_table(config, table, path, rules)
     if config.target_torch is None:
@@ -197,9 +198,8 @@ class ConfigFinder:
         config = None
         if os.path.isfile(candidate):
             data = load_toml(candidate)
-            table = data.get("tool", {}).get("torchlint")
-            if table is not None:
-                config = load_config(candidate, self.rules, table)
+            if data.get("tool", {}).get("torchlint") is not None:
+                config = load_config(candidate, self.rules, data)
         if config is None:
             parent = os.path.dirname(directory)
             config = Config() if parent == directory else self._lookup(parent)
