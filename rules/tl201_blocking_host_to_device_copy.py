@@ -6,7 +6,7 @@ from typing import Dict, List, Optional, Tuple
 
 import libcst as cst
 
-from torchlint.analysis import CUDA_AVAILABILITY, Site, contains_call_to
+from torchlint.analysis import Site, mentions_cuda_availability
 from torchlint.facts import LoaderInfo, keyword
 from torchlint.names import dotted_name, last_name
 from torchlint.rule import SAFE, UNSAFE, Invalid, Option, Rule, Valid
@@ -591,7 +591,7 @@ class BlockingHostToDeviceCopy(Rule):
         arg = keyword(loader.call, "pin_memory")
         if arg is None:
             return False
-        if contains_call_to(self.ctx, arg.value, CUDA_AVAILABILITY):
+        if mentions_cuda_availability(self.ctx, arg.value):
             return True
         name = last_name(arg.value) if isinstance(arg.value, (cst.Name, cst.Attribute)) else None
         return bool(name and re.search(r"(?i)cuda|gpu", name))

@@ -76,11 +76,13 @@ def exclusive_branches(a: Sequence[cst.CSTNode], b: Sequence[cst.CSTNode]) -> bo
     return False
 
 
-def contains_call_to(ctx: "FileContext", node: cst.CSTNode, qualified: frozenset) -> bool:
+def mentions_cuda_availability(ctx: "FileContext", node: cst.CSTNode) -> bool:
+    """Does ``node`` call ``torch.cuda.is_available()`` (or a relative), or
+    read a name assigned from such a call (``use_cuda``)?"""
     for sub in iter_subtree(node):
-        if isinstance(sub, cst.Call) and ctx.names.qualified_name(sub.func) in qualified:
+        if isinstance(sub, cst.Call) and ctx.names.qualified_name(sub.func) in CUDA_AVAILABILITY:
             return True
-        if isinstance(sub, (cst.Name, cst.Attribute)) and dotted_name(sub) in ctx.facts.cuda_flag_names and qualified is CUDA_AVAILABILITY:
+        if isinstance(sub, (cst.Name, cst.Attribute)) and dotted_name(sub) in ctx.facts.cuda_flag_names:
             return True
     return False
 
@@ -262,10 +264,10 @@ class Site:
         """Guarded by ``torch.cuda.is_available()`` (or a name holding it)."""
         for ancestor, child in self.ancestors():
             if isinstance(ancestor, (cst.If, cst.IfExp, cst.While)) and child is not ancestor.test:
-                if contains_call_to(self.ctx, ancestor.test, CUDA_AVAILABILITY):
+                if mentions_cuda_availability(self.ctx, ancestor.test):
                     return True
             if isinstance(ancestor, cst.BooleanOperation) and child is ancestor.right:
-                if contains_call_to(self.ctx, ancestor.left, CUDA_AVAILABILITY):
+                if mentions_cuda_availability(self.ctx, ancestor.left):
                     return True
         scope = self.function.node if self.function is not None else None
         return scope in self.ctx.facts.cuda_asserted_scopes or (

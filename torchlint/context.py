@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 import libcst as cst
 
-from torchlint.analysis import CUDA_AVAILABILITY, Site, contains_call_to, is_no_grad_item
+from torchlint.analysis import Site, is_no_grad_item, mentions_cuda_availability
 from torchlint.facts import (
     OPTIMIZER_NAME,
     FunctionInfo,
@@ -202,7 +202,7 @@ class FileContext:
                 self.facts.data_names.add(target)
         elif isinstance(value, cst.Dict):
             self.facts.dict_literals[target] = value
-        if self._mentions_availability and contains_call_to(self, value, CUDA_AVAILABILITY):
+        if self._mentions_availability and mentions_cuda_availability(self, value):
             self.facts.cuda_flag_names.add(target)
 
     def enter_if(self, node: cst.If) -> None:
@@ -211,11 +211,11 @@ class FileContext:
             return
         test = node.test
         if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-            if contains_call_to(self, test.expression, CUDA_AVAILABILITY) and _body_exits(self, node.body):
+            if mentions_cuda_availability(self, test.expression) and _body_exits(self, node.body):
                 self.facts.cuda_asserted_scopes.add(self.function.node if self.function else None)
 
     def enter_assert(self, node: cst.Assert) -> None:
-        if self._mentions_availability and contains_call_to(self, node.test, CUDA_AVAILABILITY):
+        if self._mentions_availability and mentions_cuda_availability(self, node.test):
             self.facts.cuda_asserted_scopes.add(self.function.node if self.function else None)
 
     def _mark_training(self) -> None:
