@@ -26,9 +26,11 @@ demo: $(STAMP)
 	@$(VENV)/bin/torchlint --diff --unsafe-fixes examples/ || true
 	@echo
 	@echo "== the runtime sanitizer on examples/train.py"
-	@$(PY) -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" \
-	  && $(VENV)/bin/torchlint-sanitize --warmup-steps 2 examples/train.py --epochs 1 \
-	  || echo "no CUDA device: sanitizer demo skipped"
+	@if $(PY) -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then \
+	  cd examples && ../$(VENV)/bin/torchlint-sanitize --warmup-steps 2 train.py --epochs 1; \
+	else \
+	  echo "no CUDA device: sanitizer demo skipped"; \
+	fi
 
 test: $(STAMP)
 	$(PY) -m pytest -n 2 --dist loadgroup
