@@ -27,7 +27,7 @@ demo: $(STAMP)
 	@echo
 	@echo "== the runtime sanitizer on examples/train.py"
 	@if $(PY) -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then \
-	  cd examples && ../$(VENV)/bin/torchlint-sanitize --warmup-steps 2 train.py --epochs 1; \
+	  cd examples && $(abspath $(VENV))/bin/torchlint-sanitize --warmup-steps 2 train.py --epochs 1; \
 	else \
 	  echo "no CUDA device: sanitizer demo skipped"; \
 	fi
