@@ -268,6 +268,29 @@ class AccessRecord:
         )
 
 
+class _Launch:
+    """What every access of one launch shares. The interval map stores
+    (launch, item) pairs, so a launch allocates one object, not one per tensor;
+    ``AccessRecord``s are built only for reports."""
+
+    __slots__ = ("stream", "seq", "op", "site", "via", "index")
+
+    def __init__(self, stream, seq, op, site, via, index):
+        self.stream = stream
+        self.seq = seq
+        self.op = op
+        self.site = site
+        self.via = via
+        self.index = index
+
+    def record(self, item: tuple) -> AccessRecord:
+        start, end, is_write, arg, tensor, alloc, item_op, item_site = item
+        return AccessRecord(
+            self.stream, self.seq, is_write, start, end, item_op or self.op, arg,
+            item_site if item_site is not None else self.site, tensor, alloc, self.via, self.index,
+        )
+
+
 @dataclass(frozen=True)
 class SyncNote:
     """A synchronization that taught ``waiter`` about ``source``'s work up to ``covered_seq``."""
@@ -311,7 +334,8 @@ class Race:
 
 
 class _Segment:
-    """Bytes [start, end) and, per stream, [latest write, latest read]."""
+    """Bytes [start, end) and, per stream, the latest write and the latest read
+    as ``[write launch, write item, read launch, read item]``."""
 
     __slots__ = ("start", "end", "streams")
 
@@ -649,74 +673,79 @@ class HappensBefore:
         self._seq += 1
         seq = self._seq
         clock[stream] = seq
-        index = self._index
+        launch = _Launch(stream, seq, op, site, via, self._index)
         starts = self._starts
         segs = self._segs
-        for start, end, is_write, arg, tensor, alloc, item_op, item_site in items:
-            if end <= start:
-                continue
-            record = AccessRecord(
-                stream, seq, is_write, start, end, item_op or op, arg,
-                item_site if item_site is not None else site, tensor, alloc, via, index,
-            )
+        for item in items:
+            start = item[0]
             # Fast path: a whole segment that only this stream has touched
-            # (most tensors of a training step): nothing to check, one update.
+            # (most tensors of a training step): nothing to check, two stores.
             i = bisect_right(starts, start) - 1
             if i >= 0:
                 seg = segs[i]
-                if seg.start == start and seg.end == end:
+                if seg.start == start and seg.end == item[1]:
                     seg_streams = seg.streams
                     if len(seg_streams) == 1:
                         pair = seg_streams.get(stream)
                         if pair is not None:
-                            pair[0 if is_write else 1] = record
+                            if item[2]:
+                                pair[0] = launch
+                                pair[1] = item
+                            else:
+                                pair[2] = launch
+                                pair[3] = item
                             continue
-            self._access(record, clock)
+            if item[1] <= start:
+                continue
+            self._access(launch, item, clock)
             starts = self._starts
             segs = self._segs
         if len(self._segs) > self._gc_threshold:
             self.collect_garbage()
         return seq
 
-    def _access(self, record: AccessRecord, clock: Dict[Hashable, int]) -> None:
-        stream = record.stream
-        is_write = record.is_write
-        worst: Optional[Dict[Hashable, AccessRecord]] = None
-        slot = 0 if is_write else 1
-        covered = self._cover(record.start, record.end)
+    def _access(self, launch: _Launch, item: tuple, clock: Dict[Hashable, int]) -> None:
+        stream = launch.stream
+        is_write = item[2]
+        worst: Optional[Dict[Hashable, tuple]] = None
+        covered = self._cover(item[0], item[1])
         for seg in covered:
             streams = seg.streams
             if len(streams) > 1 or stream not in streams:
-                for other, (last_write, last_read) in streams.items():
+                for other, (write_launch, write_item, read_launch, read_item) in streams.items():
                     if other == stream:
                         continue
                     known = clock.get(other, 0)
                     hit = None
-                    if last_write is not None and last_write.seq > known:
-                        hit = last_write
-                    if is_write and last_read is not None and last_read.seq > known:
-                        if hit is None or last_read.seq > hit.seq:
-                            hit = last_read
+                    if write_launch is not None and write_launch.seq > known:
+                        hit = (write_launch, write_item)
+                    if is_write and read_launch is not None and read_launch.seq > known:
+                        if hit is None or read_launch.seq > hit[0].seq:
+                            hit = (read_launch, read_item)
                     if hit is not None:
                         if worst is None:
                             worst = {}
                         best = worst.get(other)
-                        if best is None or hit.seq > best.seq:
+                        if best is None or hit[0].seq > best[0].seq:
                             worst[other] = hit
             pair = streams.get(stream)
-            if pair is None or is_write:
+            if is_write:
                 # A write supersedes the stream's earlier read of these bytes:
                 # whenever that read is unordered for a later access, so is this
                 # write, with a larger seq, and the latest one is what is
                 # reported. Dropping it lets equal segments merge below.
-                streams[stream] = [record, None] if is_write else [None, record]
+                streams[stream] = [launch, item, None, None]
+            elif pair is None:
+                streams[stream] = [None, None, launch, item]
             else:
-                pair[slot] = record
+                pair[2] = launch
+                pair[3] = item
         if len(covered) > 1:
             self._merge_equal(covered)
         if worst is not None:
-            for earlier in worst.values():
-                self._report(earlier, record)
+            later = launch.record(item)
+            for earlier_launch, earlier_item in worst.values():
+                self._report(earlier_launch.record(earlier_item), later)
 
     def _merge_equal(self, covered: List[_Segment]) -> None:
         """Fold adjacent covered segments whose history is now the same into one.
@@ -731,9 +760,9 @@ class HappensBefore:
             other = seg.streams
             if len(other) != len(state):
                 return
-            for stream, (write, read) in state.items():
+            for stream, mine in state.items():
                 pair = other.get(stream)
-                if pair is None or pair[0] is not write or pair[1] is not read:
+                if pair is None or pair[1] is not mine[1] or pair[3] is not mine[3] or pair[0] is not mine[0] or pair[2] is not mine[2]:
                     return
         first.end = covered[-1].end  # _cover returns contiguous segments
         lo = bisect_left(self._starts, covered[1].start)
@@ -853,10 +882,10 @@ class HappensBefore:
                 bound = floor.get(stream, 0)
                 pair = streams[stream]
                 if pair[0] is not None and pair[0].seq <= bound:
-                    pair[0] = None
-                if pair[1] is not None and pair[1].seq <= bound:
-                    pair[1] = None
-                if pair[0] is None and pair[1] is None:
+                    pair[0] = pair[1] = None
+                if pair[2] is not None and pair[2].seq <= bound:
+                    pair[2] = pair[3] = None
+                if pair[0] is None and pair[2] is None:
                     del streams[stream]
             if streams:
                 keep_starts.append(seg.start)

@@ -223,6 +223,7 @@ class RaceCheck:
         self._want_cuda = True
         self._triton_wrapped = False
         self._current_stream = None
+        self._op_site = None  # the user's site of the op being analysed, taken on first need
         self._dynamo_frames_at_start = 0
         self.notes: List[str] = []
         self._torch = None
@@ -293,6 +294,11 @@ class RaceCheck:
     @staticmethod
     def _raw_stream_getter(torch):
         raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        device = getattr(torch._C, "_cuda_getDevice", None)
+        if raw is not None and device is not None:
+            # Both C calls: torch.cuda.current_device() would add a Python
+            # lazy-init check to every op.
+            return lambda: raw(device())
         if raw is not None:
             return lambda: raw(torch.cuda.current_device())
         return lambda: torch.cuda.current_stream().cuda_stream
@@ -578,69 +584,80 @@ class RaceCheck:
         plan = self._plans.get(func)
         if plan is None:
             plan = self._plans[func] = _plan(func)
-        kind = plan[0]
-        if kind == _SKIP:
+        kind, inputs, output_write, name, is_c10d = plan
+        if kind is _SKIP:
             return
-        if plan[4] and getattr(_LOCAL, "collective", 0):
+        if is_c10d and getattr(_LOCAL, "collective", 0):
             return  # issued by our collective wrapper, which models it already
-        if kind == _RECORD_STREAM:
+        if kind is _RECORD_STREAM:
             self._record_stream(args, kwargs)
             return
+        # The user's site is taken once per op, and only when the op touches
+        # device memory (ops on CPU scalars, such as optimizer step counters,
+        # never pay for the stack walk); _new_alloc shares it.
+        self._op_site = None
         items = []
-        # One user site per op, shared by its accesses and any allocation it reveals.
-        site = _site()
-        for index, name, is_write, is_list, kwarg_only in plan[1]:
+        add = self._add_item
+        for index, arg_name, is_write, is_list, kwarg_only in inputs:
             if not kwarg_only and index < len(args):
                 value = args[index]
             elif kwargs:
-                value = kwargs.get(name)
+                value = kwargs.get(arg_name)
             else:
                 continue
             if value is None:
                 continue
             if is_list:
                 # foreach ops: argument labels built once per (argument, position), not per tensor per step
-                labels = _list_labels(name, len(value))
-                for position, tensor in enumerate(value):
+                labels = _list_labels(arg_name, len(value))
+                position = 0
+                for tensor in value:
                     if tensor is not None:
-                        self._add_item(items, tensor, labels[position], is_write, site)
+                        add(items, tensor, labels[position], is_write)
+                    position += 1
             else:
-                self._add_item(items, value, name, is_write, site)
-        if plan[2] and out is not None:
-            if isinstance(out, (tuple, list)):
-                for position, tensor in enumerate(out):
-                    if isinstance(tensor, self._torch.Tensor):
-                        self._add_item(items, tensor, f"result[{position}]", True, site)
-            elif isinstance(out, self._torch.Tensor):
-                self._add_item(items, out, "result", True, site)
-        if plan[3] in _NO_WRITE_OUTPUT and isinstance(out, self._torch.Tensor):
+                add(items, value, arg_name, is_write)
+        if output_write and out is not None:
+            if out.__class__ is list or out.__class__ is tuple:
+                labels = _list_labels("result", len(out))
+                position = 0
+                for tensor in out:
+                    add(items, tensor, labels[position], True)
+                    position += 1
+            else:
+                add(items, out, "result", True)
+        elif name in _NO_WRITE_OUTPUT and isinstance(out, _Tensor):
             # Allocated, not written: remember where, for reports.
-            self._note_alloc(out, site)
+            self._note_alloc(out)
         if items:
-            self._engine.launch(self._current_stream(), items, plan[3], site)
+            site = self._op_site
+            if site is None:
+                site = _site()
+            self._engine.launch(self._current_stream(), items, name, site)
 
-    def _note_alloc(self, tensor, site=None) -> None:
+    def _note_alloc(self, tensor) -> None:
         if tensor.is_cuda is not self._want_cuda or tensor.numel() == 0:
             return
         base = tensor.data_ptr() - tensor.storage_offset() * tensor.element_size()
         if base not in self._allocs:
-            self._new_alloc(tensor, base, site)
+            self._new_alloc(tensor, base)
 
-    def _add_item(self, items: list, tensor, arg: str, is_write: bool, site=None) -> None:
-        # The hot path: a handful of C calls per tensor, no objects beyond one tuple.
+    def _add_item(self, items: list, tensor, arg: str, is_write: bool) -> None:
+        # The hot path, once per tensor argument: a few C calls, one tuple.
         if tensor.__class__ is not _Tensor and not isinstance(tensor, _Tensor):
             return
         if tensor.is_cuda is not self._want_cuda:
             return
-        numel = tensor.numel()
-        if numel == 0:
+        nbytes = tensor.nbytes
+        if not nbytes:
             return
         pointer = tensor.data_ptr()
-        itemsize = tensor.element_size()
+        offset = tensor.storage_offset()
+        base = pointer - offset * tensor.element_size() if offset else pointer
         if tensor.is_contiguous():
-            start, end = pointer, pointer + numel * itemsize
-            stride = None
+            start, end, stride = pointer, pointer + nbytes, None
         else:
+            itemsize = tensor.element_size()
             stride = tensor.stride()
             low = high = 0
             for size, step in zip(tensor.shape, stride):
@@ -649,20 +666,20 @@ class RaceCheck:
                 else:
                     low += (size - 1) * step
             start, end = pointer + low * itemsize, pointer + (high + 1) * itemsize
-        offset = tensor.storage_offset()
-        base = pointer - offset * itemsize
         alloc = self._allocs.get(base)
         if alloc is None:
-            alloc = self._new_alloc(tensor, base, site)
+            alloc = self._new_alloc(tensor, base)
         items.append((start, end, is_write, arg, (tensor.shape, tensor.dtype, offset, base, pointer, stride), alloc, None, None))
 
-    def _new_alloc(self, tensor, base: int, site=None):
+    def _new_alloc(self, tensor, base: int):
+        """First sight of a storage: its allocation is attributed to the current op's site."""
         try:
             nbytes = tensor.untyped_storage().nbytes()
         except Exception:
             nbytes = tensor.numel() * tensor.element_size()
+        site = self._op_site
         if site is None:
-            site = _site()
+            site = self._op_site = _site()
         alloc = self._engine.alloc(base, base + nbytes, self._current_stream(), site, "")
         self._allocs[base] = alloc
         return alloc
@@ -675,6 +692,7 @@ class RaceCheck:
         key = self._stream_key(stream)
         pointer = tensor.data_ptr()
         base = pointer - tensor.storage_offset() * tensor.element_size()
+        self._op_site = None
         if base not in self._allocs:
             self._new_alloc(tensor, base)
         self._engine.record_stream(base, key, _site())
@@ -692,6 +710,7 @@ class RaceCheck:
             return ("stream", getattr(stream, "stream_id", id(stream)))
 
     def _triton_launch(self, jit_function, args, kwargs) -> None:
+        self._op_site = None
         items = []
         values = list(args) + [v for k, v in kwargs.items() if k not in ("grid", "warmup")]
         names = getattr(jit_function, "arg_names", None) or []
@@ -708,6 +727,7 @@ class RaceCheck:
         """Run a collective call, modelling it on the group's pseudo-stream."""
         self._activate("a collective was issued")
         engine = self._engine
+        self._op_site = None
         items = []
         for tensor in tensors_read:
             self._add_item(items, tensor, "input", False)
