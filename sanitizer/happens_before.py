@@ -32,9 +32,12 @@ issuing stream (as NCCL's stream does) and is joined by ``WorkWait``. A CUDA
 graph capture records its accesses instead of running them; each replay runs
 them as one launch on the replay stream.
 
-Cost: a launch does one bisect in the interval map per tensor argument and
-touches only the segments it overlaps; the per-stream state of a segment is a
-dict of at most one entry per stream. History that every stream is already
+Cost: a launch allocates one header (``_Launch``) shared by its accesses, and
+does one bisect in the interval map per tensor argument; an argument that
+covers a whole segment only its own stream has touched (most tensors of a
+training step) is two stores. Other arguments touch only the segments they
+overlap; the per-stream state of a segment is a dict of at most one entry per
+stream. ``AccessRecord``s are built only when a race is reported. History that every stream is already
 ordered after is dropped (garbage collection runs when the map has doubled
 since the last pass, so it is O(1) amortized, and after a device sync).
 """
@@ -592,6 +595,10 @@ class HappensBefore:
             for stream in pledged:
                 seg.streams.pop(stream, None)
         self._drop_empty(start, end)
+
+    def has_pledge(self, start: int) -> bool:
+        """True when a ``record_stream`` pledge waits for the free of the block at ``start``."""
+        return start in self._pledges
 
     def record_stream(self, start: int, stream: Hashable, site: Any = None) -> None:
         self._index += 1
