@@ -216,30 +216,48 @@ def raw_user_stack(limit: int = 8, skip: int = 0):
     One walk over ``f_back`` with a cached per-file decision; no source lookup
     and no string formatting.
     """
-    frame = sys._getframe(skip + 1)
+    return _select(_live_frames(sys._getframe(skip + 1)), limit)
+
+
+def user_frames_of(entries: Iterable[Tuple[str, int, str]], limit: int = 8) -> List[Tuple[str, int, str]]:
+    """The user frames among ``(file, line, function)`` entries, innermost first.
+
+    The same selection as ``raw_user_stack``, for stacks captured earlier
+    (``torch._C._profiler.gather_traceback``) and symbolized only when needed.
+    """
+    return _select(((file, line, name, name) for file, line, name in entries), limit)[0]
+
+
+def _live_frames(frame):
+    while frame is not None:
+        code = frame.f_code
+        yield code.co_filename, frame.f_lineno, code.co_name, code
+        frame = frame.f_back
+
+
+def _select(entries, limit: int):
+    """Pick the user frames out of ``(file, line, name, code_or_qualname)`` entries, innermost first."""
     user: List[Tuple[str, int, str]] = []
     library: Optional[Tuple[str, int, str]] = None
     internal = False
     first_non_test = -1
     cache = _origin_cache
-    while frame is not None:
-        code = frame.f_code
-        filename = code.co_filename
+    for filename, line, name, code in entries:
         origin = cache.get(filename)
         if origin is None:
             origin = _origin(filename)
         if origin == USER:
             if first_non_test < 0 and not is_test_file(filename):
                 first_non_test = len(user)
-            user.append((filename, frame.f_lineno, code.co_name))
+            user.append((filename, line, name))
             if first_non_test >= 0 and len(user) - first_non_test >= limit:
                 break
         elif not user:
             if origin == TORCHLINT:
                 internal = True
             elif origin == LIBRARY and library is None:
-                library = (filename, frame.f_lineno, getattr(code, "co_qualname", code.co_name))
-        frame = frame.f_back
+                qualname = code if isinstance(code, str) else getattr(code, "co_qualname", name)
+                library = (filename, line, qualname)
     if first_non_test > 0:
         # Code under test is on the stack: the test frames inside it (a test
         # callback called by the library under test) are not the site.

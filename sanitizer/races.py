@@ -61,10 +61,8 @@ from typing import Any, Dict, Hashable, List, Optional, Tuple
 from .findings import RACE, Finding, Frame
 from .happens_before import CollectiveStream, HappensBefore, Race
 
-try:  # written by the session engineer; guard so the check never breaks without it
-    from .frames import raw_user_stack as _raw_user_stack
-except ImportError:  # pragma: no cover - frames.py ships with the package
-    _raw_user_stack = None
+from .frames import raw_user_stack as _raw_user_stack
+from .frames import user_frames_of
 
 # The check whose engine the process-global hooks feed (None: hooks do nothing).
 _ACTIVE: Optional["RaceCheck"] = None
@@ -91,16 +89,69 @@ _RECORD_STREAM = "record_stream"
 _PLAIN = "plain"
 
 
-def _site() -> tuple:
-    if _raw_user_stack is None:
-        return NO_USER_FRAME
+# torch._C._profiler.gather_traceback / symbolize_tracebacks, bound at start()
+# where this torch has them.
+_gather = None
+_symbolize = None
+
+
+class _Site:
+    """The user's stack at one op, captured as code pointers and symbolized on first use.
+
+    Every analysed op needs its site, but only the few that end up in a report
+    are ever read: capturing (one C call, no frame objects) is a fraction of
+    the cost of walking the stack in Python. Behaves as the tuple of
+    ``(file, line, function)`` frames it stands for (``==``, ``hash``,
+    indexing, iteration).
+    """
+
+    __slots__ = ("_traceback", "_frames")
+
+    def __init__(self, traceback):
+        self._traceback = traceback
+        self._frames = None
+
+    def frames(self) -> tuple:
+        frames = self._frames
+        if frames is None:
+            try:
+                entries = _symbolize([self._traceback])[0]
+                user = user_frames_of(((e["filename"], e["line"], e["name"]) for e in entries), SITE_FRAMES)
+            except Exception:
+                user = None
+            frames = self._frames = tuple(user) if user else NO_USER_FRAME
+            self._traceback = None  # the code objects it pins are no longer needed
+        return frames
+
+    def __iter__(self):
+        return iter(self.frames())
+
+    def __len__(self) -> int:
+        return len(self.frames())
+
+    def __getitem__(self, index):
+        return self.frames()[index]
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, _Site):
+            other = other.frames()
+        return self.frames() == other
+
+    def __hash__(self) -> int:
+        return hash(self.frames())
+
+    def __repr__(self) -> str:
+        return f"_Site({self.frames()!r})"
+
+
+def _site():
+    if _gather is not None:
+        return _Site(_gather(True, False, False))
     frames, _, _ = _raw_user_stack(limit=SITE_FRAMES, skip=2)
     return tuple(frames) if frames else NO_USER_FRAME
 
 
 def _long_site() -> tuple:
-    if _raw_user_stack is None:
-        return NO_USER_FRAME
     frames, _, _ = _raw_user_stack(limit=8, skip=2)
     return tuple(frames) if frames else NO_USER_FRAME
 
@@ -188,6 +239,9 @@ def _make_dispatch_mode():
             out = func(*args, **(kwargs or {}))
             check = _ACTIVE
             if check is not None and self.enabled and check._engine is not None:
+                plan = check._plans.get(func)
+                if plan is not None and plan[0] is _SKIP:
+                    return out  # views, metadata: most ops of a step end here
                 try:
                     check._on_op(func, args, kwargs, out)
                 except Exception as error:  # never break the user's program
@@ -236,8 +290,11 @@ class RaceCheck:
             return
         import torch
 
-        global _Tensor
+        global _Tensor, _gather, _symbolize
         _Tensor = torch.Tensor
+        profiler = getattr(torch._C, "_profiler", None)
+        if _gather is None and hasattr(profiler, "gather_traceback") and hasattr(profiler, "symbolize_tracebacks"):
+            _gather, _symbolize = profiler.gather_traceback, profiler.symbolize_tracebacks
         self._torch = torch
         self._started = True
         _ACTIVE = self

@@ -123,3 +123,35 @@ def test_test_file_patterns_follow_pytest_config():
     assert frames.is_test_file("/x/conftest.py") and not frames.is_test_file("/x/model.py")
     frames.set_test_file_patterns(["check_*.py"])
     assert frames.is_test_file("/x/check_model.py") and not frames.is_test_file("/x/test_model.py")
+
+
+def test_a_captured_stack_symbolized_later_selects_the_same_frames(tmp_path):
+    # The race check captures stacks with gather_traceback and symbolizes only
+    # the ones a report reads: the selection must match the live walk's.
+    model = write_user_module(tmp_path, "trainer_d", """
+        def fit(loss_fn):
+            return loss_fn()  # FIT
+    """)
+    profiler = torch._C._profiler
+
+    def both():
+        live = frames.raw_user_stack(limit=4)[0]
+        captured = profiler.gather_traceback(True, False, False)
+        return live, captured
+
+    live, captured = model.fit(both)
+    entries = [(e["filename"], e["line"], e["name"]) for e in profiler.symbolize_tracebacks([captured])[0]]
+    assert frames.user_frames_of(entries, limit=4) == live
+    assert live[0][0] == model.__file__  # the code under test, as in the live walk
+
+
+def test_a_lazy_race_site_compares_and_hashes_as_its_frames():
+    from torchlint.sanitizer import races
+
+    # start() binds these where torch has them; bind them here without a session.
+    races._gather, races._symbolize = torch._C._profiler.gather_traceback, torch._C._profiler.symbolize_tracebacks
+    site = races._site(); here = sys._getframe().f_lineno
+    assert isinstance(site, races._Site)
+    assert site[0] == (__file__, here, "test_a_lazy_race_site_compares_and_hashes_as_its_frames")
+    assert site == tuple(site) and hash(site) == hash(tuple(site))
+    assert {site: 1}[tuple(site)] == 1
