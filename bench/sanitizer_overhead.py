@@ -137,6 +137,23 @@ def enable_csan(torch) -> None:
     csan.enable_cuda_sanitizer()
 
 
+def enable_empty_dispatch_mode(torch) -> None:
+    """What any checker built on a TorchDispatchMode pays before it does any work."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class EmptyMode(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    EmptyMode().__enter__()  # stays on for the rest of this child process
+
+
+def enable_empty_dispatch_mode_and_gpu_trace(torch) -> None:
+    """The race check's hooks with nothing behind them: the dispatch mode plus gpu_trace's Python round trips."""
+    torch._C._activate_gpu_trace()
+    enable_empty_dispatch_mode(torch)
+
+
 @dataclasses.dataclass(frozen=True)
 class Mode:
     name: str
@@ -155,6 +172,9 @@ MODES: List[Mode] = [
     # The baseline again, in its own process: the spread between the two is the run's noise.
     Mode("baseline-2"),
     Mode("csan", setup=enable_csan, step_fraction=0.2),
+    # Floors, for reading the race figures: hooks with no analysis behind them.
+    Mode("empty-mode", setup=enable_empty_dispatch_mode),
+    Mode("empty-mode+trace", setup=enable_empty_dispatch_mode_and_gpu_trace),
 ]
 
 
