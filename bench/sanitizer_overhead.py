@@ -150,6 +150,8 @@ def enable_empty_dispatch_mode(torch) -> None:
 
 def enable_empty_dispatch_mode_and_gpu_trace(torch) -> None:
     """The race check's hooks with nothing behind them: the dispatch mode plus gpu_trace's Python round trips."""
+    import torch.cuda._gpu_trace  # noqa: F401  (torch's C++ side looks its registries up on every event)
+
     torch._C._activate_gpu_trace()
     enable_empty_dispatch_mode(torch)
 
