@@ -85,6 +85,7 @@ _NO_WRITE_OUTPUT = {"empty", "empty_like", "new_empty", "new_empty_strided", "em
 
 _SKIP = "skip"
 _Tensor = None  # torch.Tensor, bound at start() (torch is imported lazily)
+_Parameter = None  # torch.nn.Parameter: optimizer ops take lists of them
 _RECORD_STREAM = "record_stream"
 _PLAIN = "plain"
 
@@ -239,11 +240,15 @@ def _make_dispatch_mode():
             out = func(*args, **(kwargs or {}))
             check = _ACTIVE
             if check is not None and self.enabled and check._engine is not None:
-                plan = check._plans.get(func)
-                if plan is not None and plan[0] is _SKIP:
+                # Keyed by id: OpOverload hashes in Python. The plan holds func,
+                # so the id cannot be reused while the entry lives.
+                plan = check._plans.get(id(func))
+                if plan is None:
+                    plan = check._plans[id(func)] = _plan(func) + (func,)
+                if plan[0] is _SKIP:
                     return out  # views, metadata: most ops of a step end here
                 try:
-                    check._on_op(func, args, kwargs, out)
+                    check._on_op(plan, args, kwargs, out)
                 except Exception as error:  # never break the user's program
                     check._internal_error("dispatch", error)
             return out
@@ -277,7 +282,6 @@ class RaceCheck:
         self._want_cuda = True
         self._triton_wrapped = False
         self._current_stream = None
-        self._op_site = None  # the user's site of the op being analysed, taken on first need
         self._dynamo_frames_at_start = 0
         self.notes: List[str] = []
         self._torch = None
@@ -290,8 +294,9 @@ class RaceCheck:
             return
         import torch
 
-        global _Tensor, _gather, _symbolize
+        global _Tensor, _Parameter, _gather, _symbolize
         _Tensor = torch.Tensor
+        _Parameter = torch.nn.Parameter
         profiler = getattr(torch._C, "_profiler", None)
         if _gather is None and hasattr(profiler, "gather_traceback") and hasattr(profiler, "symbolize_tracebacks"):
             _gather, _symbolize = profiler.gather_traceback, profiler.symbolize_tracebacks
@@ -637,13 +642,9 @@ class RaceCheck:
 
     # -- per-op analysis (only once active) ------------------------------------
 
-    def _on_op(self, func, args, kwargs, out) -> None:
-        plan = self._plans.get(func)
-        if plan is None:
-            plan = self._plans[func] = _plan(func)
-        kind, inputs, output_write, name, is_c10d = plan
-        if kind is _SKIP:
-            return
+    def _on_op(self, plan: tuple, args, kwargs, out) -> None:
+        """One analysed op; ``plan`` is ``_plan(func)`` (plus func, which keeps the cache key alive)."""
+        kind, inputs, output_write, name, is_c10d = plan[:5]
         if is_c10d and getattr(_LOCAL, "collective", 0):
             return  # issued by our collective wrapper, which models it already
         if kind is _RECORD_STREAM:
@@ -652,7 +653,10 @@ class RaceCheck:
         # The user's site is taken once per op, and only when the op touches
         # device memory (ops on CPU scalars, such as optimizer step counters,
         # never pay for the stack walk); _new_alloc shares it.
-        self._op_site = None
+        # [site, stream] of this op, taken on first need and shared by its
+        # accesses and the allocations it reveals (a local: ops run on
+        # several threads, and the autograd engine's have their own stream).
+        op = [None, None]
         items = []
         add = self._add_item
         for index, arg_name, is_write, is_list, kwarg_only in inputs:
@@ -670,38 +674,40 @@ class RaceCheck:
                 position = 0
                 for tensor in value:
                     if tensor is not None:
-                        add(items, tensor, labels[position], is_write)
+                        add(items, tensor, labels[position], is_write, op)
                     position += 1
             else:
-                add(items, value, arg_name, is_write)
+                add(items, value, arg_name, is_write, op)
         if output_write and out is not None:
             if out.__class__ is list or out.__class__ is tuple:
                 labels = _list_labels("result", len(out))
                 position = 0
                 for tensor in out:
-                    add(items, tensor, labels[position], True)
+                    add(items, tensor, labels[position], True, op)
                     position += 1
             else:
-                add(items, out, "result", True)
+                add(items, out, "result", True, op)
         elif name in _NO_WRITE_OUTPUT and isinstance(out, _Tensor):
             # Allocated, not written: remember where, for reports.
-            self._note_alloc(out)
+            self._note_alloc(out, op)
         if items:
-            site = self._op_site
-            if site is None:
-                site = _site()
-            self._engine.launch(self._current_stream(), items, name, site)
+            site, stream = op
+            self._engine.launch(
+                stream if stream is not None else self._current_stream(), items, name,
+                site if site is not None else _site(),
+            )
 
-    def _note_alloc(self, tensor) -> None:
+    def _note_alloc(self, tensor, op: Optional[list] = None) -> None:
         if tensor.is_cuda is not self._want_cuda or tensor.numel() == 0:
             return
         base = tensor.data_ptr() - tensor.storage_offset() * tensor.element_size()
         if base not in self._allocs:
-            self._new_alloc(tensor, base)
+            self._new_alloc(tensor, base, op)
 
-    def _add_item(self, items: list, tensor, arg: str, is_write: bool) -> None:
+    def _add_item(self, items: list, tensor, arg: str, is_write: bool, op: Optional[list] = None) -> None:
         # The hot path, once per tensor argument: a few C calls, one tuple.
-        if tensor.__class__ is not _Tensor and not isinstance(tensor, _Tensor):
+        cls = tensor.__class__
+        if cls is not _Tensor and cls is not _Parameter and not isinstance(tensor, _Tensor):
             return
         if tensor.is_cuda is not self._want_cuda:
             return
@@ -725,19 +731,22 @@ class RaceCheck:
             start, end = pointer + low * itemsize, pointer + (high + 1) * itemsize
         alloc = self._allocs.get(base)
         if alloc is None:
-            alloc = self._new_alloc(tensor, base)
+            alloc = self._new_alloc(tensor, base, op)
         items.append((start, end, is_write, arg, (tensor.shape, tensor.dtype, offset, base, pointer, stride), alloc, None, None))
 
-    def _new_alloc(self, tensor, base: int):
-        """First sight of a storage: its allocation is attributed to the current op's site."""
+    def _new_alloc(self, tensor, base: int, op: Optional[list] = None):
+        """First sight of a storage: its allocation is attributed to the current op's [site, stream]."""
         try:
             nbytes = tensor.untyped_storage().nbytes()
         except Exception:
             nbytes = tensor.numel() * tensor.element_size()
-        site = self._op_site
-        if site is None:
-            site = self._op_site = _site()
-        alloc = self._engine.alloc(base, base + nbytes, self._current_stream(), site, "")
+        if op is None:
+            op = [None, None]
+        if op[0] is None:
+            op[0] = _site()
+        if op[1] is None:
+            op[1] = self._current_stream()
+        alloc = self._engine.alloc(base, base + nbytes, op[1], op[0], "")
         self._allocs[base] = alloc
         return alloc
 
@@ -749,7 +758,6 @@ class RaceCheck:
         key = self._stream_key(stream)
         pointer = tensor.data_ptr()
         base = pointer - tensor.storage_offset() * tensor.element_size()
-        self._op_site = None
         if base not in self._allocs:
             self._new_alloc(tensor, base)
         self._engine.record_stream(base, key, _site())
@@ -767,7 +775,6 @@ class RaceCheck:
             return ("stream", getattr(stream, "stream_id", id(stream)))
 
     def _triton_launch(self, jit_function, args, kwargs) -> None:
-        self._op_site = None
         items = []
         values = list(args) + [v for k, v in kwargs.items() if k not in ("grid", "warmup")]
         names = getattr(jit_function, "arg_names", None) or []
@@ -784,7 +791,6 @@ class RaceCheck:
         """Run a collective call, modelling it on the group's pseudo-stream."""
         self._activate("a collective was issued")
         engine = self._engine
-        self._op_site = None
         items = []
         for tensor in tensors_read:
             self._add_item(items, tensor, "input", False)
