@@ -228,6 +228,41 @@ def test_pytest_plugin_end_to_end(pytester):
     assert data["tests"]["test_planted.py::test_clean"]["findings"] == 0
 
 
+def test_pytest_plugin_defaults_fail_a_race_and_report_memory(pytester):
+    # Plain --gpu-sanitize: every check, and the default fail-on (races and
+    # fragmentation OOMs), so a racy test fails and a sync alone does not.
+    pytester.makepyfile(test_planted=textwrap.dedent("""
+        import torch
+
+        def test_racy():
+            side = torch.cuda.Stream()
+            a = torch.rand(1 << 20, device="cuda")
+            with torch.cuda.stream(side):
+                torch.mul(a, 5, out=a)
+            a.sum()
+
+        def test_synchronized_with_a_sync():
+            side = torch.cuda.Stream()
+            a = torch.rand(1 << 20, device="cuda")
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                torch.mul(a, 5, out=a)
+            torch.cuda.current_stream().wait_stream(side)
+            print(a.sum().item())
+    """))
+    report = pytester.path / "run.json"
+    result = pytester.runpytest_subprocess(
+        "--gpu-sanitize", f"--gpu-sanitize-report={report}", "-p", "no:cacheprovider", "test_planted.py",
+    )
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*test_planted.py:*cross-stream race*"])
+    data = json.loads(report.read_text())
+    racy = data["tests"]["test_planted.py::test_racy"]
+    assert racy["failed_by_sanitizer"] is True
+    assert data["tests"]["test_planted.py::test_synchronized_with_a_sync"]["failed_by_sanitizer"] is False
+    assert racy["memory"]["peak_allocated_bytes"] >= 4 << 20  # the 4 MiB tensor, from the test's own session
+
+
 def test_runner_end_to_end(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(textwrap.dedent("""
