@@ -10,6 +10,9 @@ torch and turns its races into findings. How it sees the program:
   allocates without writing. Each access is keyed by its byte range (the
   bounding box of sizes x strides from the storage offset), never by
   ``data_ptr`` alone.
+* **Sites**: each analysed op's user stack is captured with
+  ``gather_traceback`` (code pointers, no frame objects) and symbolized only
+  if a report reads it; ops that touch no device memory capture nothing.
 * **Kernels that bypass the dispatcher**: Triton's ``JITFunction.run`` is
   wrapped, every CUDA tensor argument counted as read and write on the
   current stream. Other raw launches (pybind extensions) stay invisible.
