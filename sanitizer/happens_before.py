@@ -37,9 +37,10 @@ does one bisect in the interval map per tensor argument; an argument that
 covers a whole segment only its own stream has touched (most tensors of a
 training step) is two stores. Other arguments touch only the segments they
 overlap; the per-stream state of a segment is a dict of at most one entry per
-stream. ``AccessRecord``s are built only when a race is reported. History that every stream is already
-ordered after is dropped (garbage collection runs when the map has doubled
-since the last pass, so it is O(1) amortized, and after a device sync).
+stream. ``AccessRecord``s are built only when a race is reported. History
+that every stream is already ordered after is dropped (garbage collection
+runs when the map has doubled since the last pass, so it is O(1) amortized,
+and after a device sync).
 """
 from __future__ import annotations
 
@@ -768,8 +769,7 @@ class HappensBefore:
             if len(other) != len(state):
                 return
             for stream, mine in state.items():
-                pair = other.get(stream)
-                if pair is None or pair[1] is not mine[1] or pair[3] is not mine[3] or pair[0] is not mine[0] or pair[2] is not mine[2]:
+                if other.get(stream) != mine:  # launches compare by identity
                     return
         first.end = covered[-1].end  # _cover returns contiguous segments
         lo = bisect_left(self._starts, covered[1].start)
