@@ -647,18 +647,16 @@ class RaceCheck:
 
     def _on_op(self, plan: tuple, args, kwargs, out) -> None:
         """One analysed op; ``plan`` is ``_plan(func)`` (plus func, which keeps the cache key alive)."""
-        kind, inputs, output_write, name, is_c10d = plan[:5]
+        kind, inputs, output_write, name, is_c10d, _ = plan
         if is_c10d and getattr(_LOCAL, "collective", 0):
             return  # issued by our collective wrapper, which models it already
         if kind is _RECORD_STREAM:
             self._record_stream(args, kwargs)
             return
-        # The user's site is taken once per op, and only when the op touches
-        # device memory (ops on CPU scalars, such as optimizer step counters,
-        # never pay for the stack walk); _new_alloc shares it.
-        # [site, stream] of this op, taken on first need and shared by its
-        # accesses and the allocations it reveals (a local: ops run on
-        # several threads, and the autograd engine's have their own stream).
+        # [site, stream] of this op, taken only once it touches device memory
+        # (ops on CPU scalars, such as optimizer step counters, never pay) and
+        # shared with the allocations it reveals. A local, not check state:
+        # ops run on several threads, the autograd engine's with their own stream.
         op = [None, None]
         items = []
         add = self._add_item
