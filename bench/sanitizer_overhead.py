@@ -156,6 +156,11 @@ def enable_empty_dispatch_mode_and_gpu_trace(torch) -> None:
     enable_empty_dispatch_mode(torch)
 
 
+def use_python_dispatch_mode(torch) -> None:
+    """The race check with its fallback interception, for comparison with the native tap."""
+    os.environ["TORCHLINT_RACE_TAP"] = "python"
+
+
 @dataclasses.dataclass(frozen=True)
 class Mode:
     name: str
@@ -170,6 +175,7 @@ MODES: List[Mode] = [
     Mode("memory", frozenset({"memory"})),
     Mode("sync+memory", frozenset({"sync", "memory"})),
     Mode("race", frozenset({"race"})),
+    Mode("race-python", frozenset({"race"}), setup=use_python_dispatch_mode),
     Mode("all", frozenset({"sync", "memory", "race"})),
     # The baseline again, in its own process: the spread between the two is the run's noise.
     Mode("baseline-2"),
@@ -217,6 +223,9 @@ def run_child(workload: str, mode_name: str, steps: int, repeats: int, warmup: i
     if session is not None:
         result["findings"] = [f"{f.kind}:{f.details.get('sync_kind', '')}@{os.path.basename(f.file or '')}:{f.line}"
                               for f in session.findings]
+        race = session.summaries().get("race")
+        if race:
+            result["race"] = race
     return result
 
 
@@ -294,6 +303,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         notes = ""
         if len(r.get("rounds_ms", [])) > 1:
             notes = "rounds " + "/".join(f"{v:.3f}" for v in r["rounds_ms"]) + "  "
+        race = r.get("race") or {}
+        if race.get("interception"):
+            tap = race.get("native_tap") or {}
+            notes += f"[{race['interception']}"
+            if tap:
+                notes += f": {tap.get('accesses_forwarded', 0)} of {tap.get('accesses_forwarded', 0) + tap.get('accesses_local', 0)} accesses forwarded"
+            notes += "]  "
         if r.get("findings"):
             notes += f"{len(r['findings'])} finding(s): " + ", ".join(r["findings"][:3])
         print(f"{r['workload']:20s} {r['mode']:12s} {r['ms_per_step']:9.3f} {ratio:7.3f} {target_text:>7s}  {notes}")

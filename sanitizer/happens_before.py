@@ -363,9 +363,12 @@ class HappensBefore:
     compare that with a brute-force reference).
     """
 
-    def __init__(self, keep_all: bool = False, gc_min: int = 256):
+    def __init__(self, keep_all: bool = False, gc_min: int = 256, ticker=None):
         self._seq = 0
         self._index = 0  # input position, for tests
+        # One counter for input positions and launch seqs when given (the
+        # native tap's, which numbers the launches it keeps to itself).
+        self._ticker = ticker
         self._clocks: Dict[Hashable, Dict[Hashable, int]] = {}
         self._host: Dict[Hashable, int] = {}
         self._host_epoch = 0
@@ -425,6 +428,11 @@ class HappensBefore:
         for event in events:
             self.apply(event)
         return self
+
+    def _tick(self) -> int:
+        if self._ticker is not None:
+            return self._ticker()
+        return self._index + 1
 
     # -- results ----------------------------------------------------------
 
@@ -501,12 +509,20 @@ class HappensBefore:
         if changed:
             self._host_epoch += 1
 
+    def advance(self, stream: Hashable, seq: int) -> None:
+        """``stream`` has launched up to ``seq`` (launches the engine was not shown)."""
+        clock = self._clock(stream)
+        if seq > clock.get(stream, 0):
+            clock[stream] = seq
+        if seq > self._seq:
+            self._seq = seq
+
     def stream_created(self, stream: Hashable) -> None:
-        self._index += 1
+        self._index = self._tick()
         self._clock(stream)
 
     def event_record(self, event: Hashable, stream: Hashable, site: Any = None) -> None:
-        self._index += 1
+        self._index = self._tick()
         if stream in self._capturing:
             self._captured_events.add(event)
             return
@@ -516,7 +532,7 @@ class HappensBefore:
 
     def event_wait(self, event: Hashable, stream: Hashable, site: Any = None, kind: str = "event") -> None:
         """``kind`` names the user's call in reports ("wait_stream" when it built the event)."""
-        self._index += 1
+        self._index = self._tick()
         if self._capture_graph is not None and event in self._captured_events:
             # A fork inside the capture: the waiting stream joins it.
             self._capturing.add(stream)
@@ -535,7 +551,7 @@ class HappensBefore:
         self._merge(stream, self._clock(stream), clock, note)
 
     def wait_stream(self, waiter: Hashable, waitee: Hashable, site: Any = None) -> None:
-        self._index += 1
+        self._index = self._tick()
         if waiter in self._capturing or waitee in self._capturing:
             if waitee in self._capturing and self._capture_graph is not None:
                 self._capturing.add(waiter)
@@ -546,14 +562,14 @@ class HappensBefore:
         self._merge(waiter, self._clock(waiter), source, note)
 
     def stream_sync(self, stream: Hashable, site: Any = None) -> None:
-        self._index += 1
+        self._index = self._tick()
         if stream in self._capturing:
             return
         clock = self._clock(stream)
         self._host_merge(clock, SyncNote("stream_sync", HOST, stream, clock.get(stream, 0), site, index=self._index))
 
     def event_sync(self, event: Hashable, site: Any = None) -> None:
-        self._index += 1
+        self._index = self._tick()
         recorded = self._events.get(event)
         if recorded is None:
             return
@@ -561,7 +577,7 @@ class HappensBefore:
         self._host_merge(clock, SyncNote("event_sync", HOST, event_stream, record_seq, site, index=self._index))
 
     def device_sync(self, site: Any = None) -> None:
-        self._index += 1
+        self._index = self._tick()
         everything: Dict[Hashable, int] = {}
         for stream in list(self._clocks):
             for source, seq in self._clock(stream).items():
@@ -573,7 +589,7 @@ class HappensBefore:
     # -- memory -----------------------------------------------------------
 
     def alloc(self, start: int, end: int, stream: Hashable = None, site: Any = None, label: str = "") -> AllocInfo:
-        self._index += 1
+        self._index = self._tick()
         self._generation += 1
         info = AllocInfo(start, end, stream, site, label, self._generation)
         self._live[start] = info
@@ -581,7 +597,7 @@ class HappensBefore:
         return info
 
     def free(self, start: int, end: Optional[int] = None, site: Any = None) -> None:
-        self._index += 1
+        self._index = self._tick()
         info = self._live.pop(start, None)
         if info is not None:
             info.freed = True
@@ -602,7 +618,7 @@ class HappensBefore:
         return start in self._pledges
 
     def record_stream(self, start: int, stream: Hashable, site: Any = None) -> None:
-        self._index += 1
+        self._index = self._tick()
         self._pledges.setdefault(start, set()).add(stream)
 
     # -- collectives and graphs --------------------------------------------
@@ -624,7 +640,7 @@ class HappensBefore:
         self._work[work] = (dict(self._clock(pseudo)), pseudo, site)
 
     def work_wait(self, work: Hashable, stream: Hashable, site: Any = None) -> None:
-        self._index += 1
+        self._index = self._tick()
         done = self._work.get(work)
         if done is None:
             return
@@ -633,14 +649,14 @@ class HappensBefore:
         self._merge(stream, self._clock(stream), clock, note)
 
     def capture_begin(self, graph: Hashable, stream: Hashable, site: Any = None) -> None:
-        self._index += 1
+        self._index = self._tick()
         self._capture_graph = graph
         self._capturing = {stream}
         self._captured_events = set()
         self._graphs[graph] = []
 
     def capture_end(self, graph: Hashable, site: Any = None) -> None:
-        self._index += 1
+        self._index = self._tick()
         self._capture_graph = None
         self._capturing = set()
         self._captured_events = set()
@@ -648,7 +664,7 @@ class HappensBefore:
     def graph_replay(self, graph: Hashable, stream: Hashable, site: Any = None) -> None:
         captured = self._graphs.get(graph)
         if captured is None:
-            self._index += 1
+            self._index = self._tick()
             return
         self.kernel(stream, captured, "graph replay", site, via=("graph replay", site))
 
@@ -664,12 +680,20 @@ class HappensBefore:
             via,
         )
 
-    def launch(self, stream: Hashable, items: Sequence[tuple], op: str = "", site: Any = None, via: Any = None) -> int:
+    def launch(
+        self, stream: Hashable, items: Sequence[tuple], op: str = "", site: Any = None, via: Any = None,
+        seq: Optional[int] = None,
+    ) -> int:
         """``kernel`` without the Access objects, for the hot path.
 
         Each item is ``(start, end, is_write, arg, tensor, alloc, op_or_None, site_or_None)``.
+        ``seq`` is given for a launch numbered outside (the native tap's): it is
+        also its input position, and it may be older than the stream's latest.
         """
-        self._index += 1
+        if seq is None:
+            self._index = self._tick()
+        else:
+            self._index = max(self._index, seq)
         if stream in self._capturing:
             graph = self._graphs[self._capture_graph]
             for start, end, is_write, arg, tensor, alloc, item_op, item_site in items:
@@ -678,10 +702,15 @@ class HappensBefore:
                 )
             return 0
         clock = self._clock(stream)
-        self._seq += 1
-        seq = self._seq
-        clock[stream] = seq
-        launch = _Launch(stream, seq, op, site, via, self._index)
+        if seq is None:
+            index = self._index
+            seq = self._seq = self._tick() if self._ticker is not None else self._seq + 1
+        else:
+            index = seq
+            self._seq = max(self._seq, seq)
+        if seq > clock.get(stream, 0):
+            clock[stream] = seq
+        launch = _Launch(stream, seq, op, site, via, index)
         starts = self._starts
         segs = self._segs
         for item in items:
@@ -860,7 +889,7 @@ class HappensBefore:
         """The event was destroyed; its handle may come back as a new event."""
         self._events.pop(event, None)
 
-    def _ordered_floor(self) -> Dict[Hashable, int]:
+    def ordered_floor(self) -> Dict[Hashable, int]:
         """Per stream, a seq that every present and future stream is ordered after."""
         floor: Optional[Dict[Hashable, int]] = None
         for stream in list(self._clocks):
@@ -881,7 +910,7 @@ class HappensBefore:
 
     def collect_garbage(self) -> None:
         """Drop history that no present or future access can race with."""
-        floor = self._ordered_floor()
+        floor = self.ordered_floor()
         keep_starts, keep_segs = [], []
         for seg in self._segs:
             streams = seg.streams

@@ -61,8 +61,9 @@ import threading
 import warnings
 from typing import Any, Dict, Hashable, List, Optional, Tuple
 
+from . import native_tap
 from .findings import RACE, Finding, Frame
-from .happens_before import CollectiveStream, HappensBefore, Race
+from .happens_before import AllocInfo, CollectiveStream, HappensBefore, Race
 
 from .frames import raw_user_stack as _raw_user_stack
 from .frames import user_frames_of
@@ -77,6 +78,8 @@ _LOCAL = threading.local()
 
 DEFAULT_STREAM = 0  # cudaStream_t of the legacy default stream
 
+# Local records the tap may hold before history every stream is ordered after is dropped.
+_TAP_PRUNE_AT = 200_000
 SITE_FRAMES = 4  # frames kept per access (cheap); races get 8 for the later access
 NO_USER_FRAME = (("<no user frame: autograd engine or library thread>", 0, "?"),)
 
@@ -288,6 +291,14 @@ class RaceCheck:
         self._dynamo_frames_at_start = 0
         self.notes: List[str] = []
         self._torch = None
+        # The native tap (race_tap.cpp) when it sees the ops instead of the dispatch mode.
+        self._tap = None
+        self._tap_choice: Optional[str] = None  # None: TORCHLINT_RACE_TAP; tests set it
+        self._tap_unavailable: Optional[str] = None
+        self._tap_keys: Dict[int, Hashable] = {}  # the tap's stream key -> the engine's
+        self._tap_gens: Dict[int, Tuple[int, AllocInfo]] = {}  # base -> (generation, its allocation)
+        self._tap_old_gens: Dict[Tuple[int, int], AllocInfo] = {}
+        self._tap_stats: Dict[str, Any] = {}
 
     # -- protocol -----------------------------------------------------------
 
@@ -318,16 +329,24 @@ class RaceCheck:
         if _ACTIVE is self:
             _ACTIVE = None
         self._remove_mode()
+        self._remove_tap()
         for owner, attribute, original in reversed(self._patches):
             setattr(owner, attribute, original)
         self._patches = []
         self._triton_wrapped = False
         frames = self._dynamo_frames() - self._dynamo_frames_at_start
         if frames > 0 and self._engine is not None:
-            self.notes.append(
-                f"torch.compile ran {frames} frame(s) while the race check was active: with its dispatch mode on "
-                "the stack they run eagerly, so compiled code was checked with eager semantics"
-            )
+            if self._tap_stats:
+                self.notes.append(
+                    f"torch.compile ran {frames} frame(s) while the race check was active: the native tap sees the "
+                    "ATen ops compiled code calls, not the Triton kernels Inductor generates "
+                    "(TORCHLINT_RACE_TAP=python checks compiled code with eager semantics)"
+                )
+            else:
+                self.notes.append(
+                    f"torch.compile ran {frames} frame(s) while the race check was active: with its dispatch mode "
+                    "on the stack they run eagerly, so compiled code was checked with eager semantics"
+                )
         for note in self.notes:
             warnings.warn(f"torchlint race check: {note}", stacklevel=2)
         if self._errors:
@@ -348,6 +367,25 @@ class RaceCheck:
     @property
     def activation_reason(self) -> Optional[str]:
         return self._activation_reason
+
+    def summary(self) -> Dict[str, Any]:
+        """How the check ran: whether it switched on, why, and how it saw the ops."""
+        if self._engine is None:
+            interception = None
+        else:
+            interception = "native tap" if (self._tap is not None or self._tap_stats) else "dispatch mode"
+        data: Dict[str, Any] = {
+            "active": self._engine is not None,
+            "activation_reason": self._activation_reason,
+            "interception": interception,
+        }
+        if self._tap_unavailable:
+            data["native_tap_unavailable"] = self._tap_unavailable
+        stats = dict(self._tap.stats()) if self._tap is not None else dict(self._tap_stats)
+        if stats:
+            stats.pop("first_error", None)
+            data["native_tap"] = stats
+        return data
 
     def findings(self) -> List[Finding]:
         if self._engine is None:
@@ -374,7 +412,8 @@ class RaceCheck:
             return
         torch = self._torch
         self._activation_reason = reason
-        engine = HappensBefore()
+        tap = self._load_tap()
+        engine = HappensBefore(ticker=tap.tick if tap is not None else None)
         engine.on_race = self._on_race
         self._engine = engine
         if self._device_filter == "cuda":
@@ -382,10 +421,117 @@ class RaceCheck:
             self._register_trace(torch)
         if not self._triton_wrapped:
             self._install_triton_wrapper()
+        if tap is not None:
+            self._tap = tap
+            tap.enable(self._on_tap, _gather, self._device_filter != "cuda")
+            return
         mode_class = _make_dispatch_mode()
         self._mode = mode_class()
         self._mode.__enter__()
         self._mode_thread = threading.get_ident()
+
+    # -- the native tap ---------------------------------------------------------
+
+    def _load_tap(self):
+        """The native tap module, or None (the dispatch mode), with a note saying why."""
+        try:
+            choice = self._tap_choice or native_tap.choice()
+            if choice == "python":
+                return None
+            return native_tap.load()
+        except native_tap.TapUnavailable as error:
+            self._tap_unavailable = str(error)
+            self.notes.append(f"native tap unavailable ({error}): ops were seen through the slower Python dispatch mode")
+            return None
+
+    def _remove_tap(self) -> None:
+        tap = self._tap
+        if tap is None:
+            return
+        self._tap = None
+        try:
+            self._tap_stats = dict(tap.stats())
+            tap.disable()
+        except Exception as error:
+            self._internal_error("native tap removal", error)
+        errors = self._tap_stats.get("internal_errors", 0) + self._tap_stats.get("callback_errors", 0)
+        if errors:
+            first = str(self._tap_stats.get("first_error", "")).splitlines()[:1]
+            self._internal_error("native tap", RuntimeError(f"{errors} op(s) not recorded; {' '.join(first)}"))
+
+    def _sync_tap(self) -> None:
+        """Before a synchronization: every stream's clock learns the launches the tap kept to itself."""
+        tap = self._tap
+        if tap is None:
+            return
+        engine = self._engine
+        for key, seq in tap.take_latest():
+            engine.advance(self._tap_stream(key), seq)
+        if tap.local_records() > _TAP_PRUNE_AT:
+            reverse = {value: key for key, value in self._tap_keys.items()}
+            floor = {reverse[stream]: seq for stream, seq in engine.ordered_floor().items() if stream in reverse}
+            tap.prune(floor)
+
+    def _tap_stream(self, key: int) -> Hashable:
+        stream = self._tap_keys.get(key)
+        if stream is None:
+            if self._device_filter != "cuda":
+                stream = key  # tests: the fake stream handles themselves
+            else:
+                device, stream_id = key >> 56, key & ((1 << 56) - 1)
+                if stream_id == 0:
+                    stream = DEFAULT_STREAM
+                else:
+                    stream = self._torch.cuda.Stream(stream_id=stream_id, device_index=device, device_type=1).cuda_stream
+            self._tap_keys[key] = stream
+        return stream
+
+    def _on_tap(self, message) -> None:
+        """What the tap hands over: launches (a list), or ("record_stream", launches, base, generation, stream)."""
+        try:
+            if self._engine is None:
+                return
+            if message.__class__ is list:
+                self._tap_launches(message)
+                return
+            _, launches, base, generation, stream = message
+            self._tap_launches(launches)
+            self._tap_alloc(base, generation)
+            self._engine.record_stream(base, self._tap_stream(stream), _site())
+        except Exception as error:  # never break the user's program
+            self._internal_error("native tap", error)
+
+    def _tap_launches(self, launches) -> None:
+        engine = self._engine
+        alloc = self._tap_alloc
+        for stream, seq, op, site, items in launches:
+            engine.launch(
+                self._tap_stream(stream),
+                [(start, end, is_write, arg, tensor, alloc(base, generation), None, None)
+                 for start, end, is_write, arg, tensor, base, generation in items],
+                op,
+                _Site(site) if site is not None and _symbolize is not None else _site(),
+                seq=seq,
+            )
+
+    def _tap_alloc(self, base: int, generation: tuple) -> AllocInfo:
+        """The allocation behind a generation (one owner of the bytes at ``base``) the tap saw."""
+        number, site, stream, nbytes = generation
+        current = self._tap_gens.get(base)
+        if current is not None and current[0] == number:
+            return current[1]
+        where = _Site(site) if site is not None and _symbolize is not None else NO_USER_FRAME
+        if current is None or number > current[0]:
+            if current is not None:
+                self._engine.free(base)  # its previous owner is gone: honour its record_stream pledges
+            info = self._engine.alloc(base, base + nbytes, self._tap_stream(stream), where, "")
+            self._tap_gens[base] = (number, info)
+            return info
+        info = self._tap_old_gens.get((base, number))
+        if info is None:
+            info = self._tap_old_gens[(base, number)] = AllocInfo(base, base + nbytes, self._tap_stream(stream), where, "", 0)
+            info.freed = True
+        return info
 
     def _seed_default_stream(self, torch) -> None:
         """The default stream's work before activation, as one launch writing every live block."""
@@ -549,6 +695,7 @@ class RaceCheck:
         def capture_begin(this, *args, **kwargs):
             if _ACTIVE is check:
                 check._activate("a CUDA graph capture began")
+                check._sync_tap()
                 check._engine.capture_begin(id(this), check._current_stream(), _long_site())
             return begin(this, *args, **kwargs)
 
@@ -562,6 +709,7 @@ class RaceCheck:
         def graph_replay(this, *args, **kwargs):
             if _ACTIVE is check and check._engine is not None:
                 stream = check._current_stream()
+                check._sync_tap()
                 check._engine.graph_replay(id(this), stream, _long_site())
             return replay(this, *args, **kwargs)
 
@@ -619,6 +767,7 @@ class RaceCheck:
                 if _ACTIVE is check and check._engine is not None:
                     entry = check._works.pop(id(this), None)
                     if entry is not None:
+                        check._sync_tap()
                         check._engine.work_wait(entry[0], check._current_stream(), _long_site())
                 return result
 
@@ -730,9 +879,16 @@ class RaceCheck:
                 else:
                     low += (size - 1) * step
             start, end = pointer + low * itemsize, pointer + (high + 1) * itemsize
-        alloc = self._allocs.get(base)
-        if alloc is None:
-            alloc = self._new_alloc(tensor, base, op)
+        if self._tap is not None:
+            claimed = self._tap.claim(tensor)
+            if claimed is None:
+                return
+            self._tap_launches(claimed[0])
+            alloc = self._tap_alloc(base, claimed[1])
+        else:
+            alloc = self._allocs.get(base)
+            if alloc is None:
+                alloc = self._new_alloc(tensor, base, op)
         items.append((start, end, is_write, arg, (tensor.shape, tensor.dtype, offset, base, pointer, stride), alloc, None, None))
 
     def _new_alloc(self, tensor, base: int, op: Optional[list] = None):
@@ -786,6 +942,7 @@ class RaceCheck:
                 self._add_item(items, value, arg, True)
         if items:
             name = getattr(getattr(jit_function, "fn", None), "__name__", "kernel")
+            self._sync_tap()
             self._engine.launch(self._current_stream(), items, f"triton:{name}", _site())
 
     def _collective(self, name, tensors_written, tensors_read, group, async_op, call):
@@ -806,12 +963,18 @@ class RaceCheck:
         token = self._next_work
         stream = self._current_stream()
         site = _long_site()
+        self._sync_tap()
         engine.collective_launch(group_key, stream, token, items, name, site)
         _LOCAL.collective = getattr(_LOCAL, "collective", 0) + 1
+        tap = self._tap
+        if tap is not None:
+            tap.enter_collective()
         try:
             work = call()
         finally:
             _LOCAL.collective -= 1
+            if tap is not None:
+                tap.exit_collective()
         if not async_op or work is None:
             engine.work_wait(token, stream, site)
         else:
@@ -962,6 +1125,11 @@ def _engine_or_none():
     check = _ACTIVE
     if check is None or check._engine is None:
         return None, None
+    if check._tap is not None:
+        try:
+            check._sync_tap()
+        except Exception as error:
+            check._internal_error("native tap sync", error)
     return check, check._engine
 
 

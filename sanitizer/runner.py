@@ -31,6 +31,24 @@ INACTIVE_LINE = "no CUDA device: GPU sanitizer inactive"
 _TRUE = {"1", "true", "yes", "on"}
 
 
+class _BuildTap(argparse.Action):
+    """``--build-tap``: build (or find) the race check's native tap, say where, and exit."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from . import native_tap
+
+        try:
+            module = native_tap.load()
+        except native_tap.TapUnavailable as error:
+            parser.exit(1, f"{parser.prog}: native tap unavailable: {error}\n")
+        except ImportError as error:
+            parser.exit(1, f"{parser.prog}: native tap unavailable: {error}\n")
+        parser.exit(0, f"{parser.prog}: native tap ready: {module.__file__}\n")
+
+
 def _parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,
@@ -46,6 +64,8 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument("--strict", action="store_true",
                         help="exit 3 when the script exits 0 but failing findings exist")
     parser.add_argument("--limit", type=int, default=10, metavar="N", help="sites shown in the summary (default 10)")
+    parser.add_argument("--build-tap", action=_BuildTap,
+                        help="build the race check's native tap now (else on first use) and exit")
     parser.add_argument("script", help="the Python script to run")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
     return parser

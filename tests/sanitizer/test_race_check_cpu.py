@@ -28,11 +28,20 @@ SIDE = 0x5151
 
 
 class FakeStreams:
-    def __init__(self):
+    """The current stream, for the check's Python side and (when it runs) the native tap."""
+
+    def __init__(self, check=None):
         self.current = races.DEFAULT_STREAM
+        self.check = check
 
     def __call__(self):
         return self.current
+
+    def _set(self, stream):
+        self.current = stream
+        tap = getattr(self.check, "_tap", None)
+        if tap is not None:
+            tap.set_stream(stream)
 
     def on(self, stream):
         outer = self
@@ -40,34 +49,50 @@ class FakeStreams:
         class _Ctx:
             def __enter__(self):
                 self.previous = outer.current
-                outer.current = stream
+                outer._set(stream)
 
             def __exit__(self, *exc):
-                outer.current = self.previous
+                outer._set(self.previous)
 
         return _Ctx()
 
 
-@pytest.fixture
-def check():
+def make_check(interception: str) -> "races.RaceCheck":
+    """An active check on CPU tensors, seeing ops through ``interception`` ("python" or "native")."""
     race_check = races.RaceCheck(None)
     race_check.start()
-    streams = FakeStreams()
+    streams = FakeStreams(race_check)
     race_check._device_filter = "cpu"
     race_check._want_cuda = False
     race_check._current_stream = streams
     race_check._stream_names[SIDE] = "side"
+    race_check._tap_choice = interception
     race_check._activate("test")
+    if interception == "native" and race_check._tap is None:
+        race_check.stop()
+        pytest.fail(f"the native tap did not load: {race_check._tap_unavailable}")
     race_check.streams = streams
+    return race_check
+
+
+@pytest.fixture(params=["python", "native"])
+def check(request):
+    race_check = make_check(request.param)
     try:
         yield race_check
     finally:
         race_check.stop()
 
 
+def synced(check):
+    """The engine, once it knows every launch the tap kept (as gpu_trace's callbacks do first)."""
+    check._sync_tap()
+    return check._engine
+
+
 def fork(check):
     """side.wait_stream(default): the side stream may use what the default stream made."""
-    check._engine.wait_stream(SIDE, races.DEFAULT_STREAM)
+    synced(check).wait_stream(SIDE, races.DEFAULT_STREAM)
 
 
 def _line_of(marker: str) -> int:
@@ -163,7 +188,7 @@ def test_wait_stream_makes_it_clean(check):
     fork(check)
     with check.streams.on(SIDE):
         x.mul_(3)
-    check._engine.wait_stream(races.DEFAULT_STREAM, SIDE)
+    synced(check).wait_stream(races.DEFAULT_STREAM, SIDE)
     x.sum()
     assert check.findings() == []
 
@@ -220,7 +245,7 @@ def test_repeats_are_counted_not_repeated(check):
     x = torch.zeros(8)
     fork(check)
     for _ in range(5):
-        check._engine.wait_stream(SIDE, races.DEFAULT_STREAM)
+        synced(check).wait_stream(SIDE, races.DEFAULT_STREAM)
         with check.streams.on(SIDE):
             x.add_(1)
         x.sum()

@@ -1,0 +1,712 @@
+// The race check's native tap: sees every ATen op without a Python dispatch mode.
+//
+// A Python TorchDispatchMode costs a Python round trip per op, which alone
+// doubles the step time of a launch-bound two-stream program. This tap is a
+// global RecordFunction callback instead: it classifies each op's tensor
+// arguments from its schema (as races.py's _plan does), computes their byte
+// ranges, and keeps the history of memory that only a device's default
+// stream has touched here, in C++. The happens-before engine (Python) sees
+// only what can race:
+//
+// * an access from any other stream, and every later access to memory such
+//   an access touched (the base becomes "shared");
+// * the default stream's history of a base, handed over ("flushed") with its
+//   original sequence numbers at the moment another stream first reaches it.
+//
+// Why that is exact: a base only the default stream has touched has no other
+// stream's history, so its default-stream accesses cannot race when they are
+// made; and for a later check, the latest write and the latest read per exact
+// byte range (what is kept) give the engine the same per-byte history as
+// feeding every access, since a dropped record is superseded on every byte it
+// covered. Sequence numbers come from one counter (tick) that the engine also
+// uses, so flushed history lands where it happened; before each
+// synchronization the engine learns every stream's latest seq (latest()).
+//
+// Every piece of state is guarded by the GIL: a recorded op takes it once,
+// to capture the user's stack (torch's gather_traceback) and, rarely, to call
+// back into the engine.
+#include <torch/extension.h>
+
+#include <ATen/record_function.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/csrc/DynamicTypes.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <unordered_set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace py = pybind11;
+
+namespace {
+
+constexpr size_t kMaxLocalRanges = 16;  // per base; beyond it the base is shared
+
+PyObject* new_ref(PyObject* object) {
+  Py_XINCREF(object);
+  return object;
+}
+
+struct PyRef {  // an owned reference, released under the GIL (all tap state is)
+  PyObject* object = nullptr;
+  PyRef() = default;
+  explicit PyRef(PyObject* owned) : object(owned) {}
+  PyRef(const PyRef&) = delete;
+  PyRef& operator=(const PyRef&) = delete;
+  ~PyRef() { Py_XDECREF(object); }
+  void reset(PyObject* owned = nullptr) {
+    PyObject* old = object;
+    object = owned;
+    Py_XDECREF(old);
+  }
+};
+
+// -- op plans: how an op touches memory, from its schema ----------------------
+
+enum class PlanKind : uint8_t { kSkip, kPlain, kRecordStream };
+
+struct ArgPlan {
+  int index = 0;
+  bool write = false;
+  bool list = false;
+  std::string name;
+};
+
+struct Plan {
+  PlanKind kind = PlanKind::kSkip;
+  std::vector<ArgPlan> args;
+  bool output_write = false;
+  bool collective = false;
+  std::string qualified;  // "aten::add": guards the name-pointer cache key
+  std::string short_name;  // "add"
+  PyObject* op_name = nullptr;  // short_name as a Python str, made under the GIL on first use
+};
+
+int tensor_shape_of(const c10::TypePtr& declared) {  // 0: no tensor, 1: a tensor, 2: a list
+  c10::TypePtr type = declared;
+  if (auto optional = type->cast<c10::OptionalType>()) type = optional->getElementType();
+  if (type->kind() == c10::TypeKind::TensorType) return 1;
+  if (auto list = type->cast<c10::ListType>()) {
+    c10::TypePtr element = list->getElementType();
+    if (auto optional = element->cast<c10::OptionalType>()) element = optional->getElementType();
+    if (element->kind() == c10::TypeKind::TensorType) return 2;
+  }
+  return 0;
+}
+
+bool starts_with(const std::string& text, const char* prefix) { return text.rfind(prefix, 0) == 0; }
+
+bool ends_with(const std::string& text, const char* suffix) {
+  size_t n = std::strlen(suffix);
+  return text.size() >= n && text.compare(text.size() - n, n, suffix) == 0;
+}
+
+std::unique_ptr<Plan> make_plan(const c10::FunctionSchema& schema) {
+  auto plan = std::make_unique<Plan>();
+  const std::string& qualified = schema.name();
+  plan->qualified = qualified;
+  size_t colon = qualified.find("::");
+  std::string space = colon == std::string::npos ? "" : qualified.substr(0, colon);
+  std::string name = colon == std::string::npos ? qualified : qualified.substr(colon + 2);
+  plan->short_name = name;
+  plan->collective = space == "c10d" || space == "_c10d_functional";
+  if (name == "record_stream") {
+    plan->kind = PlanKind::kRecordStream;
+    return plan;
+  }
+  static const char* kNoWriteOutput[] = {"empty", "empty_like", "new_empty", "new_empty_strided",
+                                         "empty_strided", "empty_permuted"};
+  bool metadata_inputs = starts_with(name, "new_") || ends_with(name, "_like");
+  const auto& arguments = schema.arguments();
+  for (size_t index = 0; index < arguments.size(); ++index) {
+    const auto& argument = arguments[index];
+    int shape = tensor_shape_of(argument.type());
+    if (!shape) continue;
+    const c10::AliasInfo* alias = argument.alias_info();
+    bool write = alias != nullptr && alias->isWrite();
+    if (alias != nullptr && !write) continue;  // a view's base: no memory touched
+    if (metadata_inputs && !write) continue;
+    plan->args.push_back(ArgPlan{static_cast<int>(index), write, shape == 2, argument.name()});
+  }
+  bool no_write_output = false;
+  for (const char* other : kNoWriteOutput) no_write_output |= name == other;
+  if (!no_write_output) {
+    for (const auto& ret : schema.returns()) {
+      if (tensor_shape_of(ret.type()) && ret.alias_info() == nullptr) plan->output_write = true;
+    }
+  }
+  plan->kind = plan->args.empty() && !plan->output_write ? PlanKind::kSkip : PlanKind::kPlain;
+  return plan;
+}
+
+const ArgPlan kResult{-1, true, false, "result"};
+
+// -- what is recorded -----------------------------------------------------------
+
+struct Generation {  // one owner (storage) of a base: who first touched it, and where
+  uint64_t id = 0;
+  int64_t nbytes = 0;
+  uint64_t stream = 0;
+  PyRef site;
+};
+
+struct Launch {  // what every access of one op shares
+  int64_t seq = 0;
+  uint64_t stream = 0;
+  const Plan* plan = nullptr;
+  PyRef site;
+};
+
+struct Access {  // one tensor argument, with what a report needs about the tensor
+  int64_t start = 0, end = 0;
+  bool write = false;
+  const ArgPlan* arg = nullptr;
+  int position = -1;  // in a tensor list
+  c10::SmallVector<int64_t, 5> sizes, strides;
+  bool contiguous = true;
+  c10::ScalarType dtype = c10::ScalarType::Undefined;
+  int64_t offset = 0;
+  int64_t data = 0;
+  int64_t base = 0;
+  int device = 0;
+  c10::intrusive_ptr<c10::StorageImpl> storage;  // held only while the op runs
+};
+
+struct Record {  // an access as remembered in a base's local history
+  std::shared_ptr<Launch> launch;
+  std::shared_ptr<Generation> generation;
+  Access access;
+};
+
+struct Base {
+  bool shared = false;
+  const c10::StorageImpl* owner = nullptr;
+  // Keeps the owner's StorageImpl object (not its memory) alive, so that a new
+  // owner of the same bytes is always a different pointer.
+  c10::weak_intrusive_ptr<c10::StorageImpl> owner_ref{c10::intrusive_ptr<c10::StorageImpl>()};
+  std::shared_ptr<Generation> generation;
+  std::vector<Record> history;  // local only: latest write and latest read per exact range
+};
+
+struct PendingOp : public at::ObserverContext {
+  const Plan* plan = nullptr;
+  std::vector<Access> accesses;
+};
+
+// -- the tap's state (all guarded by the GIL) ---------------------------------
+
+struct Tap {
+  bool enabled = false;
+  bool manual_streams = false;  // tests: streams set from Python, CPU tensors
+  c10::DeviceType device_type = c10::DeviceType::CUDA;
+  uint64_t manual_stream = 0;
+  at::CallbackHandle handle = 0;
+  PyRef callback;  // engine side: callback(launches) and callback(("record_stream", ...))
+  PyRef gather;    // torch._C._profiler.gather_traceback, or None
+  int64_t counter = 0;
+  uint64_t generations = 0;
+  std::unordered_map<const char*, std::unique_ptr<Plan>> plans;
+  std::unordered_map<int64_t, Base> bases;
+  std::unordered_map<uint64_t, int64_t> latest;  // stream -> seq of its latest launch
+  std::vector<uint64_t> dirty;                    // streams whose latest changed since take_latest()
+  std::unordered_set<uint64_t> dirty_set;
+  size_t local_records = 0;
+  // counters, for stats()
+  std::atomic<uint64_t> ops_seen{0};  // counted off the GIL
+  uint64_t ops_recorded = 0, accesses_local = 0, accesses_forwarded = 0, flushes = 0,
+           callback_errors = 0;
+};
+
+Tap& tap() {
+  static Tap* instance = new Tap();  // never destroyed: it holds Python references
+  return *instance;
+}
+
+thread_local int in_tap = 0;               // ops issued from inside the tap are not seen
+// Ops nested in a recorded op (a composite's parts, copy_ inside _to_copy) are
+// not recorded again: the outer op's schema already says what it touches, as
+// a dispatch mode sees only the outer op. Ops nested in a skipped one (to,
+// reshape, contiguous: views when they can be) are recorded.
+thread_local int recording = 0;
+thread_local int collectives_modelled = 0;  // c10d ops inside races.py's collective wrapper
+
+bool is_main(uint64_t stream) { return (stream & ((uint64_t(1) << 56) - 1)) == 0; }
+
+uint64_t stream_key(int device, int64_t id) {
+  return (uint64_t(uint8_t(device)) << 56) | (uint64_t(id) & ((uint64_t(1) << 56) - 1));
+}
+
+uint64_t current_stream(int device) {
+  Tap& t = tap();
+  if (t.manual_streams) return t.manual_stream;
+  const auto* guard = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
+  return stream_key(device, guard->getStream(c10::Device(c10::DeviceType::CUDA, device)).id());
+}
+
+// Ops start on several threads (the autograd engine's too) without the GIL:
+// the plan cache has its own lock, never held while the GIL is taken.
+std::mutex plans_lock;
+
+const Plan* plan_for(const at::RecordFunction& fn) {
+  Tap& t = tap();
+  const char* name = fn.name();
+  {
+    std::lock_guard<std::mutex> guard(plans_lock);
+    auto found = t.plans.find(name);
+    if (found != t.plans.end() && found->second->qualified == name) return found->second.get();
+  }
+  auto schema = fn.operator_schema();
+  if (!schema) return nullptr;
+  auto plan = make_plan(*schema);
+  std::lock_guard<std::mutex> guard(plans_lock);
+  auto& slot = t.plans[name];
+  if (!slot || slot->qualified != name) slot = std::move(plan);  // plans are never freed: records point at them
+  return slot.get();
+}
+
+void add_tensor(PendingOp& op, const at::Tensor& tensor, const ArgPlan* arg, int position, bool write) {
+  if (!tensor.defined() || tensor.device().type() != tap().device_type || !tensor.has_storage()) return;
+  if (tensor.unsafeGetTensorImpl()->is_wrapped_number()) return;  // a Python number, on the host
+  int64_t itemsize = static_cast<int64_t>(tensor.dtype().itemsize());
+  int64_t nbytes = tensor.numel() * itemsize;
+  if (nbytes == 0) return;
+  const c10::Storage& storage = tensor.storage();
+  Access access;
+  access.base = reinterpret_cast<int64_t>(storage.data_ptr().get());
+  if (access.base == 0) return;
+  access.offset = tensor.storage_offset();
+  access.data = access.base + access.offset * itemsize;
+  access.contiguous = tensor.is_contiguous();
+  auto sizes = tensor.sizes();
+  access.sizes.assign(sizes.begin(), sizes.end());
+  if (access.contiguous) {
+    access.start = access.data;
+    access.end = access.data + nbytes;
+  } else {
+    auto strides = tensor.strides();
+    access.strides.assign(strides.begin(), strides.end());
+    int64_t low = 0, high = 0;
+    for (size_t dim = 0; dim < sizes.size(); ++dim) {
+      int64_t span = (sizes[dim] - 1) * strides[dim];
+      if (strides[dim] >= 0) high += span; else low += span;
+    }
+    access.start = access.data + low * itemsize;
+    access.end = access.data + (high + 1) * itemsize;
+  }
+  access.write = write;
+  access.arg = arg;
+  access.position = position;
+  access.dtype = tensor.scalar_type();
+  access.device = tensor.device().index() < 0 ? 0 : tensor.device().index();
+  access.storage = c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(storage.unsafeGetStorageImpl());
+  op.accesses.push_back(std::move(access));
+}
+
+void add_value(PendingOp& op, const c10::IValue& value, const ArgPlan* arg, bool write) {
+  if (value.isTensor()) {
+    add_tensor(op, value.toTensor(), arg, -1, write);
+  } else if (value.isList()) {
+    int position = 0;
+    for (const c10::IValue& element : value.toListRef()) {
+      if (element.isTensor()) add_tensor(op, element.toTensor(), arg, position, write);
+      ++position;
+    }
+  }
+}
+
+// -- conversion to what the engine takes ----------------------------------------
+
+PyObject* int_tuple(const c10::SmallVector<int64_t, 5>& values) {
+  PyObject* tuple = PyTuple_New(static_cast<Py_ssize_t>(values.size()));
+  for (size_t i = 0; i < values.size(); ++i) PyTuple_SET_ITEM(tuple, i, PyLong_FromLongLong(values[i]));
+  return tuple;
+}
+
+PyObject* label_of(const Access& access) {
+  if (access.position < 0) return PyUnicode_FromString(access.arg->name.c_str());
+  return PyUnicode_FromFormat("%s[%d]", access.arg->name.c_str(), access.position);
+}
+
+// (generation, site, stream, nbytes): who owns the bytes at a base
+PyObject* generation_of(const Generation& generation) {
+  return Py_BuildValue("(KOKL)", (unsigned long long)generation.id,
+                       generation.site.object ? generation.site.object : Py_None,
+                       (unsigned long long)generation.stream, (long long)generation.nbytes);
+}
+
+// (start, end, is_write, arg, (shape, dtype, offset, base, data_ptr, stride), base, generation)
+PyObject* item_of(const Access& access, const Generation& generation) {
+  PyObject* dtype = reinterpret_cast<PyObject*>(torch::getTHPDtype(access.dtype));
+  PyObject* stride = access.contiguous ? new_ref(Py_None) : int_tuple(access.strides);
+  PyObject* tensor = Py_BuildValue("(NOLLLN)", int_tuple(access.sizes), dtype, (long long)access.offset,
+                                   (long long)access.base, (long long)access.data, stride);
+  return Py_BuildValue("(LLONNLN)", (long long)access.start, (long long)access.end,
+                       access.write ? Py_True : Py_False, label_of(access), tensor, (long long)access.base,
+                       generation_of(generation));
+}
+
+// (stream, seq, op, site, [items])
+PyObject* op_name_of(const Plan* plan) {
+  if (plan == nullptr) return Py_None;
+  if (plan->op_name == nullptr) const_cast<Plan*>(plan)->op_name = PyUnicode_FromString(plan->short_name.c_str());
+  return plan->op_name;
+}
+
+PyObject* launch_of(const Launch& launch, PyObject* items) {
+  return Py_BuildValue("(KLOON)", (unsigned long long)launch.stream, (long long)launch.seq, op_name_of(launch.plan),
+                       launch.site.object ? launch.site.object : Py_None, items);
+}
+
+// The base's local history as launches in seq order; the base becomes shared.
+void flush(Base& base, std::vector<Record>& out) {
+  Tap& t = tap();
+  if (!base.history.empty()) ++t.flushes;
+  t.local_records -= base.history.size();
+  for (auto& record : base.history) out.push_back(std::move(record));
+  base.history.clear();
+  base.shared = true;
+}
+
+PyObject* launches_of(std::vector<Record>& records) {
+  std::stable_sort(records.begin(), records.end(),
+                   [](const Record& a, const Record& b) { return a.launch->seq < b.launch->seq; });
+  PyObject* launches = PyList_New(0);
+  size_t i = 0;
+  while (i < records.size()) {
+    PyObject* items = PyList_New(0);
+    const Launch* launch = records[i].launch.get();
+    for (; i < records.size() && records[i].launch.get() == launch; ++i) {
+      PyObject* item = item_of(records[i].access, *records[i].generation);
+      PyList_Append(items, item);
+      Py_DECREF(item);
+    }
+    PyObject* entry = launch_of(*launch, items);
+    PyList_Append(launches, entry);
+    Py_DECREF(entry);
+  }
+  return launches;
+}
+
+void call_back(PyObject* argument) {
+  Tap& t = tap();
+  if (t.callback.object == nullptr) {
+    Py_DECREF(argument);
+    return;
+  }
+  PyObject* result = PyObject_CallOneArg(t.callback.object, argument);
+  Py_DECREF(argument);
+  if (result == nullptr) {
+    ++t.callback_errors;
+    PyErr_Clear();  // the engine side records its own errors; never break the user's op
+  } else {
+    Py_DECREF(result);
+  }
+}
+
+void note_latest(uint64_t stream, int64_t seq) {
+  Tap& t = tap();
+  t.latest[stream] = seq;
+  if (t.dirty_set.insert(stream).second) t.dirty.push_back(stream);
+}
+
+// Keep the latest write and the latest read per exact range (a write also
+// supersedes the read of its range, as in the engine).
+void remember(Base& base, Record&& record) {
+  Tap& t = tap();
+  for (auto it = base.history.begin(); it != base.history.end();) {
+    const Access& old = it->access;
+    if (old.start == record.access.start && old.end == record.access.end &&
+        (old.write == record.access.write || record.access.write)) {
+      it = base.history.erase(it);
+      --t.local_records;
+    } else {
+      ++it;
+    }
+  }
+  base.history.push_back(std::move(record));
+  ++t.local_records;
+}
+
+Base& base_of(Access& access, const std::shared_ptr<Launch>& launch) {
+  Tap& t = tap();
+  Base& base = t.bases[access.base];
+  if (base.owner != access.storage.get()) {
+    auto generation = std::make_shared<Generation>();
+    generation->id = ++t.generations;
+    generation->nbytes = static_cast<int64_t>(access.storage->nbytes());
+    generation->stream = launch->stream;
+    generation->site.object = new_ref(launch->site.object);
+    base.generation = std::move(generation);
+    base.owner = access.storage.get();
+    base.owner_ref = c10::weak_intrusive_ptr<c10::StorageImpl>(access.storage);
+  }
+  return base;
+}
+
+// One op with device accesses: GIL held.
+void apply(PendingOp& op) {
+  Tap& t = tap();
+  ++t.ops_recorded;
+  auto launch = std::make_shared<Launch>();
+  launch->plan = op.plan;
+  launch->stream = current_stream(op.accesses.front().device);
+  launch->seq = ++t.counter;
+  note_latest(launch->stream, launch->seq);
+  if (t.gather.object != nullptr && t.gather.object != Py_None) {
+    launch->site.object = PyObject_CallFunctionObjArgs(t.gather.object, Py_True, Py_False, Py_False, nullptr);
+    if (launch->site.object == nullptr) PyErr_Clear();
+  }
+  bool main = is_main(launch->stream);
+  std::vector<Record> flushed;
+  std::vector<Record> forwarded;
+  for (Access& access : op.accesses) {
+    Base& base = base_of(access, launch);
+    Record record{launch, base.generation, std::move(access)};
+    record.access.storage.reset();
+    if (main && !base.shared) {
+      ++t.accesses_local;
+      remember(base, std::move(record));
+      if (base.history.size() > kMaxLocalRanges) flush(base, flushed);
+      continue;
+    }
+    ++t.accesses_forwarded;
+    if (!base.shared) flush(base, flushed);
+    forwarded.push_back(std::move(record));
+  }
+  if (flushed.empty() && forwarded.empty()) return;
+  PyObject* launches = launches_of(flushed);
+  if (!forwarded.empty()) {
+    PyObject* current = launches_of(forwarded);
+    PyList_Append(launches, PyList_GET_ITEM(current, 0));
+    Py_DECREF(current);
+  }
+  call_back(launches);
+}
+
+void record_stream(const at::RecordFunction& fn) {
+  auto inputs = fn.inputs();
+  if (inputs.size() < 2 || !inputs[0].isTensor()) return;
+  PendingOp op;
+  add_tensor(op, inputs[0].toTensor(), &kResult, -1, false);
+  if (op.accesses.empty()) return;
+  if (!inputs[1].isStream()) return;
+  c10::Stream pledged = inputs[1].toStream();
+  uint64_t stream = stream_key(pledged.device_index(), pledged.id());
+  PyGILState_STATE gil = PyGILState_Ensure();
+  ++in_tap;
+  Access& access = op.accesses.front();
+  auto launch = std::make_shared<Launch>();
+  launch->stream = current_stream(access.device);
+  Base& base = base_of(access, launch);
+  std::vector<Record> flushed;
+  if (!base.shared) flush(base, flushed);
+  PyObject* launches = launches_of(flushed);
+  PyObject* message = Py_BuildValue("(sNLNK)", "record_stream", launches, (long long)access.base,
+                                    generation_of(*base.generation), (unsigned long long)stream);
+  call_back(message);
+  --in_tap;
+  PyGILState_Release(gil);
+}
+
+std::unique_ptr<at::ObserverContext> start_op(const at::RecordFunction& fn) {
+  Tap& t = tap();
+  if (!t.enabled || in_tap || recording) return nullptr;
+  t.ops_seen.fetch_add(1, std::memory_order_relaxed);
+  const Plan* plan = plan_for(fn);
+  if (plan == nullptr || plan->kind == PlanKind::kSkip) return nullptr;
+  if (plan->collective && collectives_modelled) return nullptr;
+  if (plan->kind == PlanKind::kRecordStream) {
+    record_stream(fn);
+    return nullptr;
+  }
+  auto op = std::make_unique<PendingOp>();
+  op->plan = plan;
+  auto inputs = fn.inputs();
+  for (const ArgPlan& arg : plan->args) {
+    if (arg.index < static_cast<int>(inputs.size())) add_value(*op, inputs[arg.index], &arg, arg.write);
+  }
+  if (op->accesses.empty() && !plan->output_write) return nullptr;
+  ++recording;
+  return op;
+}
+
+void end_op(const at::RecordFunction& fn, at::ObserverContext* context) {
+  auto* op = static_cast<PendingOp*>(context);
+  if (op == nullptr) return;
+  --recording;
+  if (op->plan->output_write) {
+    for (const c10::IValue& value : fn.outputs()) add_value(*op, value, &kResult, true);
+  }
+  if (op->accesses.empty() || !tap().enabled || !Py_IsInitialized()) return;
+  PyGILState_STATE gil = PyGILState_Ensure();
+  ++in_tap;
+  apply(*op);
+  --in_tap;
+  op->accesses.clear();  // drops the storage references under the GIL-free path too
+  PyGILState_Release(gil);
+}
+
+std::atomic<uint64_t> internal_errors{0};
+std::mutex error_lock;
+std::string first_error;  // the first internal error's message, for stats()
+
+void note_error(const char* what) {
+  internal_errors.fetch_add(1);
+  std::lock_guard<std::mutex> guard(error_lock);
+  if (first_error.empty()) first_error = what;
+}
+
+// Never break the user's op: a failure costs this op's record, and is counted.
+std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
+  try {
+    return start_op(fn);  // a context is returned only with ``recording`` raised
+  } catch (const std::exception& error) {
+    note_error(error.what());
+  } catch (...) {
+    note_error("unknown exception");
+  }
+  return nullptr;
+}
+
+void on_end(const at::RecordFunction& fn, at::ObserverContext* context) {
+  try {
+    end_op(fn, context);
+  } catch (const std::exception& error) {
+    note_error(error.what());
+  } catch (...) {
+    note_error("unknown exception");
+  }
+}
+
+// -- Python API -----------------------------------------------------------------
+
+void enable(py::object callback, py::object gather, bool manual_streams) {
+  Tap& t = tap();
+  t.callback.reset(new_ref(callback.ptr()));
+  t.gather.reset(new_ref(gather.ptr()));
+  t.manual_streams = manual_streams;
+  t.device_type = manual_streams ? c10::DeviceType::CPU : c10::DeviceType::CUDA;
+  t.manual_stream = 0;
+  t.enabled = true;
+  if (t.handle == 0) {
+    t.handle = at::addGlobalCallback(at::RecordFunctionCallback(on_start, on_end)
+                                         .needsInputs(true)
+                                         .needsOutputs(true)
+                                         .scopes({at::RecordScope::FUNCTION}));
+  }
+}
+
+void disable() {
+  Tap& t = tap();
+  t.enabled = false;
+  if (t.handle != 0) {
+    at::removeCallback(t.handle);
+    t.handle = 0;
+  }
+  t.bases.clear();
+  t.latest.clear();
+  t.dirty.clear();
+  t.dirty_set.clear();
+  t.local_records = 0;
+  t.callback.reset();
+  t.gather.reset();
+}
+
+int64_t tick() { return ++tap().counter; }
+
+size_t local_records() { return tap().local_records; }
+
+py::list take_latest() {
+  Tap& t = tap();
+  py::list out;
+  for (uint64_t stream : t.dirty) out.append(py::make_tuple(stream, t.latest[stream]));
+  t.dirty.clear();
+  t.dirty_set.clear();
+  return out;
+}
+
+// For an access the engine side makes itself (Triton, collectives): hand the
+// local history of the tensor's base over, as launches, and share the base.
+// Returns (launches, (generation, generation_site, generation_stream, nbytes)),
+// or None for a tensor the tap does not track (another device type, empty).
+py::object claim(const at::Tensor& tensor) {
+  Tap& t = tap();
+  PendingOp op;
+  add_tensor(op, tensor, &kResult, -1, false);
+  if (op.accesses.empty()) return py::none();
+  Access& access = op.accesses.front();
+  auto launch = std::make_shared<Launch>();
+  launch->stream = current_stream(access.device);
+  if (t.gather.object != nullptr && t.gather.object != Py_None) {
+    launch->site.object = PyObject_CallFunctionObjArgs(t.gather.object, Py_True, Py_False, Py_False, nullptr);
+    if (launch->site.object == nullptr) PyErr_Clear();
+  }
+  Base& base = base_of(access, launch);
+  std::vector<Record> flushed;
+  if (!base.shared) flush(base, flushed);
+  py::object launches = py::reinterpret_steal<py::object>(launches_of(flushed));
+  return py::make_tuple(launches, py::reinterpret_steal<py::object>(generation_of(*base.generation)));
+}
+
+// Drop local records that every stream is already ordered after: ``floor``
+// maps a stream to the seq up to which all present and future streams are
+// ordered after it (the engine's garbage-collection floor).
+void prune(const std::unordered_map<uint64_t, int64_t>& floor) {
+  Tap& t = tap();
+  for (auto& entry : t.bases) {
+    auto& history = entry.second.history;
+    for (auto it = history.begin(); it != history.end();) {
+      auto bound = floor.find(it->launch->stream);
+      if (bound != floor.end() && it->launch->seq <= bound->second) {
+        it = history.erase(it);
+        --t.local_records;
+      } else {
+        ++it;
+      }
+    }
+  }
+}
+
+void set_stream(uint64_t stream) { tap().manual_stream = stream; }
+
+void enter_collective() { ++collectives_modelled; }
+void exit_collective() { --collectives_modelled; }
+
+py::dict stats() {
+  Tap& t = tap();
+  py::dict out;
+  out["ops_seen"] = t.ops_seen.load();
+  out["ops_recorded"] = t.ops_recorded;
+  out["accesses_local"] = t.accesses_local;
+  out["accesses_forwarded"] = t.accesses_forwarded;
+  out["flushes"] = t.flushes;
+  out["local_records"] = t.local_records;
+  out["bases"] = t.bases.size();
+  out["callback_errors"] = t.callback_errors;
+  out["internal_errors"] = internal_errors.load();
+  std::lock_guard<std::mutex> guard(error_lock);
+  out["first_error"] = first_error;
+  return out;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "torchlint race check: the native op tap";
+  m.def("enable", &enable, py::arg("callback"), py::arg("gather"), py::arg("manual_streams") = false);
+  m.def("disable", &disable);
+  m.def("tick", &tick);
+  m.def("take_latest", &take_latest);
+  m.def("claim", &claim);
+  m.def("prune", &prune);
+  m.def("set_stream", &set_stream);
+  m.def("enter_collective", &enter_collective);
+  m.def("exit_collective", &exit_collective);
+  m.def("stats", &stats);
+  m.def("local_records", &local_records);
+}
