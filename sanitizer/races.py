@@ -3,13 +3,15 @@
 ``RaceCheck`` feeds the happens-before engine (``happens_before.py``) from
 torch and turns its races into findings. How it sees the program:
 
-* **Accesses**: a ``TorchDispatchMode`` classifies every ATen op's CUDA
-  tensor arguments from the op's schema: ``Tensor(a!)`` arguments are writes,
-  other tensors reads, fresh outputs writes; views (non-writing aliases) and
-  the inputs of ``*_like``/``new_*`` factories touch no memory; ``empty*``
-  allocates without writing. Each access is keyed by its byte range (the
-  bounding box of sizes x strides from the storage offset), never by
-  ``data_ptr`` alone.
+* **Accesses**: every ATen op's CUDA tensor arguments are classified from the
+  op's schema: ``Tensor(a!)`` arguments are writes, other tensors reads, fresh
+  outputs writes; views (non-writing aliases) and the inputs of
+  ``*_like``/``new_*`` factories touch no memory; ``empty*`` allocates without
+  writing. Each access is keyed by its byte range (the bounding box of sizes x
+  strides from the storage offset), never by ``data_ptr`` alone. The native
+  tap (``race_tap.cpp``, a RecordFunction callback) does this in C++ and hands
+  the engine only what can race (``_on_tap``); where it cannot be built, a
+  ``TorchDispatchMode`` does it in Python (``_on_op``), with the same results.
 * **Sites**: each analysed op's user stack is captured with
   ``gather_traceback`` (code pointers, no frame objects) and symbolized only
   if a report reads it; ops that touch no device memory capture nothing.
@@ -39,7 +41,7 @@ torch and turns its races into findings. How it sees the program:
 
 Pay only for what is used: ``start()`` installs only a few Python wrappers on
 rare calls (creating or entering a stream, events, collectives, graphs). The
-dispatch mode and gpu_trace are switched on at the first sign of a second
+tap (or the dispatch mode) and gpu_trace are switched on at the first sign of a second
 stream, a collective or a graph capture ("activation"). Until then a
 single-stream program pays nothing per op. What must be known about the
 default stream's earlier work is recovered at activation: if the default
@@ -48,10 +50,10 @@ the caching allocator is treated as written by that work, so a new stream
 that touches it without waiting is reported; if it is idle, that work has
 finished and cannot race with anything issued later.
 
-torch.compile: a dispatch mode on the stack makes Dynamo run the function
-eagerly (or, for graphs compiled before activation, the compiled kernels run
-without reaching the mode). The check therefore verifies compiled code with
-eager semantics; ``RaceCheck.notes`` (and a warning at ``stop()``) say so when
+torch.compile: under the tap, compiled code runs compiled and only the ATen
+ops it calls are seen; under the dispatch mode, Dynamo runs the function
+eagerly, so compiled code is verified with eager semantics.
+``RaceCheck.notes`` (and a warning at ``stop()``) say which applied when
 Dynamo compiled frames while the check was on.
 """
 from __future__ import annotations

@@ -24,6 +24,13 @@ JSON report, version 1 (stable: add fields, never rename or remove them)
                  "peak_exact": bool, "reserved_unallocated_bytes": int, "slack": float,
                  "inactive_split_bytes": int, "num_alloc_retries": int, "num_ooms": int, ...}
                  # MemoryCheck.summary(); docs/sanitizer-memory.md defines each field
+      # when the race check ran (script / library runs):
+      "race": {"active": bool, "activation_reason": str | null,
+               "interception": "native tap" | "dispatch mode" | null,
+               "native_tap_unavailable": str | absent,   # why the fallback ran
+               "native_tap": {"ops_seen": int, "ops_recorded": int, "accesses_local": int,
+                              "accesses_forwarded": int, ...} | absent}
+               # RaceCheck.summary(); docs/races.md explains the tap
     }
 
 A Finding (``Finding.to_json()``)::

@@ -18,15 +18,21 @@ if importlib.util.find_spec("triton") is not None:
     import triton  # noqa: F401  (imported before the check starts, so its launcher is wrapped)
 
 
-def run_checked(function, *args):
+INTERCEPTIONS = ["native", "python"]  # the native tap, and the dispatch-mode fallback
+
+
+def run_checked(function, *args, interception=None):
     torch.cuda.synchronize()
     check = races.RaceCheck(None)
+    check._tap_choice = interception
     check.start()
     try:
         function(*args)
         torch.cuda.synchronize()
     finally:
         check.stop()
+    if interception == "native" and check.active:
+        assert check.summary()["interception"] == "native tap", check.summary()
     return check, check.findings()
 
 
@@ -47,10 +53,11 @@ def _skip_if_missing(name):
             pytest.skip("torch.distributed is not available")
 
 
+@pytest.mark.parametrize("interception", INTERCEPTIONS)
 @pytest.mark.parametrize("name", CASE_NAMES)
-def test_racy_case_is_reported(name):
+def test_racy_case_is_reported(name, interception):
     _skip_if_missing(name)
-    check, findings = run_checked(race_cases.CASES[name], False)
+    check, findings = run_checked(race_cases.CASES[name], False, interception=interception)
     assert findings, f"{name}: no race reported"
     assert all(f.kind == RACE and f.severity == "error" for f in findings)
     for finding in findings:
@@ -64,10 +71,11 @@ def test_racy_case_is_reported(name):
     assert any((f.file or "").endswith("race_cases.py") for f in findings), _describe(findings)
 
 
+@pytest.mark.parametrize("interception", INTERCEPTIONS)
 @pytest.mark.parametrize("name", CASE_NAMES)
-def test_synchronized_twin_is_clean(name):
+def test_synchronized_twin_is_clean(name, interception):
     _skip_if_missing(name)
-    check, findings = run_checked(race_cases.CASES[name], True)
+    check, findings = run_checked(race_cases.CASES[name], True, interception=interception)
     assert findings == [], _describe(findings)
 
 
@@ -93,10 +101,20 @@ def test_case8_points_at_the_early_event_record():
     assert "record" in finding.fix_hint
 
 
-def test_correct_multi_stream_training_loop_runs_clean():
-    check, findings = run_checked(race_cases.training_loop)
+@pytest.mark.parametrize("interception", INTERCEPTIONS)
+def test_correct_multi_stream_training_loop_runs_clean(interception):
+    check, findings = run_checked(race_cases.training_loop, interception=interception)
     assert check.active
     assert findings == [], _describe(findings)
+
+
+def test_the_native_tap_keeps_default_stream_only_memory_to_itself():
+    check, findings = run_checked(race_cases.training_loop, interception="native")
+    tap = check.summary()["native_tap"]
+    assert tap["internal_errors"] == 0 and tap["callback_errors"] == 0
+    # The model, its gradients and optimizer state live on the default stream
+    # only: their accesses never reach the Python engine.
+    assert tap["accesses_local"] > 3 * tap["accesses_forwarded"] > 0, tap
 
 
 def test_single_stream_program_never_switches_the_analysis_on():

@@ -1,0 +1,102 @@
+"""The native tap's plumbing on CPU: choosing it, falling back, removing it, building it ahead."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from test_race_check_cpu import SIDE, make_check  # noqa: E402
+from torchlint.sanitizer import native_tap  # noqa: E402
+
+
+def test_the_tap_is_what_sees_the_ops_and_its_counters_reach_the_summary():
+    check = make_check("native")
+    try:
+        x = torch.zeros(32)
+        for _ in range(5):
+            x.add_(torch.ones(32))
+        with check.streams.on(SIDE):
+            x.sum()
+        summary = check.summary()
+    finally:
+        check.stop()
+    assert summary["active"] and summary["interception"] == "native tap"
+    tap = summary["native_tap"]
+    assert tap["internal_errors"] == 0 and tap["callback_errors"] == 0
+    # Default-stream accesses to x stay in the tap until the side stream reaches x.
+    assert tap["accesses_local"] >= 10 and tap["flushes"] >= 1 and tap["accesses_forwarded"] >= 1
+    assert check.summary()["interception"] == "native tap"  # still said after stop()
+
+
+def test_stop_removes_the_tap():
+    check = make_check("native")
+    tap = check._tap
+    check.stop()
+    before = tap.stats()["ops_seen"]
+    torch.ones(8).add_(1)
+    assert tap.stats()["ops_seen"] == before
+    assert check._tap is None
+
+
+def test_without_the_tap_the_dispatch_mode_runs_and_a_note_says_why(monkeypatch):
+    def unavailable(*args, **kwargs):
+        raise native_tap.TapUnavailable("ninja is not installed (pip install ninja), needed to build it")
+
+    monkeypatch.setattr(native_tap, "load", unavailable)
+    check = make_check("auto")
+    try:
+        assert check._tap is None and check._mode is not None
+        summary = check.summary()
+    finally:
+        check.stop()
+    assert summary["interception"] == "dispatch mode"
+    assert "ninja is not installed" in summary["native_tap_unavailable"]
+    assert any("native tap unavailable (ninja is not installed" in note for note in check.notes)
+
+
+def test_the_environment_variable_chooses(monkeypatch):
+    monkeypatch.setenv("TORCHLINT_RACE_TAP", "python")
+    assert native_tap.choice() == "python"
+    check = make_check(None)
+    try:
+        assert check._tap is None and check.summary()["interception"] == "dispatch mode"
+        assert "native_tap_unavailable" not in check.summary()
+    finally:
+        check.stop()
+    monkeypatch.setenv("TORCHLINT_RACE_TAP", "fast")
+    with pytest.raises(native_tap.TapUnavailable, match="TORCHLINT_RACE_TAP='fast': expected one of auto, native, python"):
+        native_tap.choice()
+
+
+def test_a_failed_build_is_one_line_and_not_retried(monkeypatch, tmp_path):
+    monkeypatch.setattr(native_tap, "_MODULE", None)
+    monkeypatch.setattr(native_tap, "_FAILURE", None)
+    monkeypatch.setenv("TORCHLINT_CACHE_DIR", str(tmp_path))
+    from torch.utils import cpp_extension
+
+    calls = []
+
+    def broken_build(**kwargs):
+        calls.append(kwargs)
+        raise RuntimeError("Error building extension 'x'\nc++: fatal error: no input files\n")
+
+    monkeypatch.setattr(cpp_extension, "load", broken_build)
+    for _ in range(2):
+        with pytest.raises(native_tap.TapUnavailable) as error:
+            native_tap.load(quiet=True)
+        assert str(error.value) == "build failed: Error building extension 'x'"
+    assert len(calls) == 1
+    assert calls[0]["build_directory"].startswith(str(tmp_path))
+    assert "-DNDEBUG" in calls[0]["extra_cflags"]  # torch's RecordFunction layout depends on it
+
+
+def test_build_tap_flag_builds_or_finds_it_and_exits():
+    done = subprocess.run(
+        [sys.executable, "-m", "torchlint.sanitizer", "--build-tap"], capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr
+    assert "native tap ready:" in done.stdout + done.stderr
+    assert native_tap.cache_dir() in done.stdout + done.stderr
