@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from test_race_check_cpu import SIDE, make_check  # noqa: E402
-from torchlint.sanitizer import native_tap  # noqa: E402
+from torchlint.sanitizer import native_tap, races  # noqa: E402
 
 
 def test_the_tap_is_what_sees_the_ops_and_its_counters_reach_the_summary():
@@ -100,3 +100,24 @@ def test_build_tap_flag_builds_or_finds_it_and_exits():
     assert done.returncode == 0, done.stderr
     assert "native tap ready:" in done.stdout + done.stderr
     assert native_tap.cache_dir() in done.stdout + done.stderr
+
+
+def test_history_every_stream_is_ordered_after_is_pruned_from_the_tap(monkeypatch):
+    check = make_check("native")
+    try:
+        keep = [torch.zeros(16) for _ in range(4)]
+        for tensor in keep:
+            tensor.add_(tensor)
+        with check.streams.on(SIDE):
+            torch.ones(4).sum()  # the side stream exists for the engine
+        assert check._tap.local_records() >= 4
+        monkeypatch.setattr(races, "_TAP_PRUNE_AT", 0)
+        check._sync_tap()
+        check._engine.device_sync()  # the host waited for everything so far
+        check._sync_tap()
+        assert check._tap.local_records() == 0
+        with check.streams.on(SIDE):
+            keep[0].sum()  # ordered after the device sync: nothing to report
+        assert check.findings() == []
+    finally:
+        check.stop()
