@@ -23,7 +23,8 @@ explicitly, with the same code the GPU path runs:
 
 Modes, each in a fresh process: ``baseline`` (no check), ``noop-mode`` (an
 empty ``TorchDispatchMode``: the floor any dispatch-mode checker pays),
-``race`` (the check, active), and ``race-idle`` on the single-stream
+``race`` (the check, active, seeing ops through its dispatch mode),
+``race-native`` (the same through the native tap), and ``race-idle`` on the single-stream
 ``launch-bound`` workload (the check started, never activated).
 
 ``--compare REV`` also runs the ``race`` modes with the ``sanitizer/`` folder
@@ -112,11 +113,16 @@ def build(torch, races, check, workload: str, width: int, batch: int):
             return function()
         check._name_stream(side_stream)  # set_stream(side) on entering torch.cuda.stream(side)
         current.stream = SIDE
+        tap = getattr(check, "_tap", None)
+        if tap is not None:
+            tap.set_stream(SIDE)
         try:
             return function()
         finally:
             check._name_stream(default_stream)  # set_stream(previous) on exit
             current.stream = 0
+            if tap is not None:
+                tap.set_stream(0)
 
     def load():
         wait_stream(side_stream, default_stream)
@@ -203,14 +209,15 @@ def run_child(mode: str, workload: str, folder: Optional[str], steps: int, repea
             return func(*args, **(kwargs or {}))
 
     mode_object = None
-    if mode in ("race", "race-idle"):
+    if mode in ("race", "race-idle", "race-native"):
         check = races.RaceCheck(None)
+        check._tap_choice = "native" if mode == "race-native" else "python"
         check.start()
         check._device_filter = "cpu"
         check._want_cuda = False
         check._current_stream = Current()
         check._stream_names[SIDE] = "copy_stream"
-        if mode == "race":
+        if mode in ("race", "race-native"):
             check._activate("a CUDA stream was created")
     elif mode == "noop-mode":
         mode_object = NoopMode()
@@ -275,6 +282,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         implementations.insert(0, (options.compare, os.path.join(extracted, "sanitizer")))
     plan = [("prefetch", "baseline", None), ("prefetch", "noop-mode", None)]
     plan += [("prefetch", "race", impl) for impl in implementations]
+    plan += [("prefetch", "race-native", ("now", "-"))]
     plan += [("launch-bound", "baseline", None)]
     plan += [("launch-bound", "race-idle", impl) for impl in implementations]
     results: Dict[tuple, Dict[str, object]] = {}
@@ -316,7 +324,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             own = f"{cost:13.1f}"
             per_op = f"{cost / r['ops']:6.2f}"
             per_tensor = f"{cost / max(1, r['tensors']):9.2f}"
-        elif mode == "race-idle":
+        elif mode in ("race-idle", "race-native"):
             own = f"{us - base[workload]:13.1f}"
         else:
             own = f"{'':13s}"
