@@ -436,6 +436,10 @@ Base& base_of(Access& access, const std::shared_ptr<Launch>& launch) {
   Tap& t = tap();
   Base& base = t.bases[access.base];
   if (base.owner != access.storage.get()) {
+    // Another StorageImpl at these bytes: a new owner, unless the current one
+    // still holds them (an alias, e.g. through DLPack), which is the same allocation.
+    auto current = base.owner_ref.lock();
+    if (current && reinterpret_cast<int64_t>(current->data_ptr().get()) == access.base) return base;
     auto generation = std::make_shared<Generation>();
     generation->id = ++t.generations;
     generation->nbytes = static_cast<int64_t>(access.storage->nbytes());

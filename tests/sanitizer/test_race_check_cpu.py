@@ -253,6 +253,18 @@ def test_repeats_are_counted_not_repeated(check):
     assert finding.count == 5
 
 
+def test_an_alias_of_the_same_memory_is_the_same_allocation(check):
+    x = torch.zeros(64)
+    alias = torch.from_dlpack(x)  # another storage object over x's bytes
+    assert alias.data_ptr() == x.data_ptr()
+    fork(check)
+    with check.streams.on(SIDE):
+        x.add_(1)
+    alias.sum()
+    (finding,) = check.findings()
+    assert finding.details["cause"] == "race"  # not "reuse": nothing was freed
+
+
 def test_freed_memory_reused_without_record_stream_is_a_reuse_race(check):
     x = torch.zeros(256)
     x_base = x.data_ptr()
