@@ -62,7 +62,7 @@ def _import_built(name: str, path: str):
     return module
 
 
-def load(build: bool = True, quiet: bool = False):
+def load(quiet: bool = False):
     """The tap module, built on first use; ``TapUnavailable`` when it cannot be had."""
     global _MODULE, _FAILURE
     with _LOCK:
@@ -71,14 +71,14 @@ def load(build: bool = True, quiet: bool = False):
         if _FAILURE is not None:
             raise TapUnavailable(_FAILURE)
         try:
-            _MODULE = _load(build, quiet)
+            _MODULE = _load(quiet)
         except TapUnavailable as error:
             _FAILURE = str(error)
             raise
         return _MODULE
 
 
-def _load(build: bool, quiet: bool):
+def _load(quiet: bool):
     import torch
 
     name = _build_name(torch)
@@ -89,8 +89,6 @@ def _load(build: bool, quiet: bool):
             return _import_built(name, built)
         except ImportError as error:
             raise TapUnavailable(f"cannot load {built}: {error}") from None
-    if not build:
-        raise TapUnavailable("not built yet (run `torchlint-sanitize --build-tap`)")
     try:
         from torch.utils import cpp_extension
     except ImportError as error:

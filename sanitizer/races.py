@@ -299,8 +299,8 @@ class RaceCheck:
         self._tap_unavailable: Optional[str] = None
         self._tap_keys: Dict[int, Hashable] = {}  # the tap's stream key -> the engine's
         self._tap_gens: Dict[int, Tuple[int, AllocInfo]] = {}  # base -> (generation, its allocation)
-        self._tap_old_gens: Dict[Tuple[int, int], AllocInfo] = {}
-        self._tap_stats: Dict[str, Any] = {}
+        self._tap_stats: Dict[str, Any] = {}  # the tap's counters, kept at stop()
+        self._interception: Optional[str] = None  # "native tap" or "dispatch mode", once active
 
     # -- protocol -----------------------------------------------------------
 
@@ -338,7 +338,7 @@ class RaceCheck:
         self._triton_wrapped = False
         frames = self._dynamo_frames() - self._dynamo_frames_at_start
         if frames > 0 and self._engine is not None:
-            if self._tap_stats:
+            if self._interception == "native tap":
                 self.notes.append(
                     f"torch.compile ran {frames} frame(s) while the race check was active: the native tap sees the "
                     "ATen ops compiled code calls, not the Triton kernels Inductor generates "
@@ -372,14 +372,10 @@ class RaceCheck:
 
     def summary(self) -> Dict[str, Any]:
         """How the check ran: whether it switched on, why, and how it saw the ops."""
-        if self._engine is None:
-            interception = None
-        else:
-            interception = "native tap" if (self._tap is not None or self._tap_stats) else "dispatch mode"
         data: Dict[str, Any] = {
             "active": self._engine is not None,
             "activation_reason": self._activation_reason,
-            "interception": interception,
+            "interception": self._interception,
         }
         if self._tap_unavailable:
             data["native_tap_unavailable"] = self._tap_unavailable
@@ -425,8 +421,10 @@ class RaceCheck:
             self._install_triton_wrapper()
         if tap is not None:
             self._tap = tap
+            self._interception = "native tap"
             tap.enable(self._on_tap, _gather, self._device_filter != "cuda")
             return
+        self._interception = "dispatch mode"
         mode_class = _make_dispatch_mode()
         self._mode = mode_class()
         self._mode.__enter__()
@@ -462,7 +460,13 @@ class RaceCheck:
             self._internal_error("native tap", RuntimeError(f"{errors} op(s) not recorded; {' '.join(first)}"))
 
     def _sync_tap(self) -> None:
-        """Before a synchronization: every stream's clock learns the launches the tap kept to itself."""
+        """Every stream's clock learns the launches the tap kept to itself.
+
+        Needed before the engine publishes a stream's clock: an event record,
+        a wait on a stream, a host sync, a collective launch (all reach the
+        engine through gpu_trace's callbacks or ``_collective``). A launch sets
+        its own stream's entry, so other engine inputs need nothing.
+        """
         tap = self._tap
         if tap is None:
             return
@@ -520,19 +524,15 @@ class RaceCheck:
         """The allocation behind a generation (one owner of the bytes at ``base``) the tap saw."""
         number, site, stream, nbytes = generation
         current = self._tap_gens.get(base)
+        # Generations reach the engine in order: the tap hands a base's history
+        # over in seq order, and forwards later accesses as they happen.
         if current is not None and current[0] == number:
             return current[1]
+        if current is not None:
+            self._engine.free(base)  # its previous owner is gone: honour its record_stream pledges
         where = _Site(site) if site is not None and _symbolize is not None else NO_USER_FRAME
-        if current is None or number > current[0]:
-            if current is not None:
-                self._engine.free(base)  # its previous owner is gone: honour its record_stream pledges
-            info = self._engine.alloc(base, base + nbytes, self._tap_stream(stream), where, "")
-            self._tap_gens[base] = (number, info)
-            return info
-        info = self._tap_old_gens.get((base, number))
-        if info is None:
-            info = self._tap_old_gens[(base, number)] = AllocInfo(base, base + nbytes, self._tap_stream(stream), where, "", 0)
-            info.freed = True
+        info = self._engine.alloc(base, base + nbytes, self._tap_stream(stream), where, "")
+        self._tap_gens[base] = (number, info)
         return info
 
     def _seed_default_stream(self, torch) -> None:
@@ -697,7 +697,6 @@ class RaceCheck:
         def capture_begin(this, *args, **kwargs):
             if _ACTIVE is check:
                 check._activate("a CUDA graph capture began")
-                check._sync_tap()
                 check._engine.capture_begin(id(this), check._current_stream(), _long_site())
             return begin(this, *args, **kwargs)
 
@@ -711,7 +710,6 @@ class RaceCheck:
         def graph_replay(this, *args, **kwargs):
             if _ACTIVE is check and check._engine is not None:
                 stream = check._current_stream()
-                check._sync_tap()
                 check._engine.graph_replay(id(this), stream, _long_site())
             return replay(this, *args, **kwargs)
 
@@ -769,7 +767,6 @@ class RaceCheck:
                 if _ACTIVE is check and check._engine is not None:
                     entry = check._works.pop(id(this), None)
                     if entry is not None:
-                        check._sync_tap()
                         check._engine.work_wait(entry[0], check._current_stream(), _long_site())
                 return result
 
@@ -944,7 +941,6 @@ class RaceCheck:
                 self._add_item(items, value, arg, True)
         if items:
             name = getattr(getattr(jit_function, "fn", None), "__name__", "kernel")
-            self._sync_tap()
             self._engine.launch(self._current_stream(), items, f"triton:{name}", _site())
 
     def _collective(self, name, tensors_written, tensors_read, group, async_op, call):
