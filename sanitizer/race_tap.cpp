@@ -213,8 +213,7 @@ struct Tap {
   std::unordered_map<const char*, std::unique_ptr<Plan>> plans;
   std::unordered_map<int64_t, Base> bases;
   std::unordered_map<uint64_t, int64_t> latest;  // stream -> seq of its latest launch
-  std::vector<uint64_t> dirty;                    // streams whose latest changed since take_latest()
-  std::unordered_set<uint64_t> dirty_set;
+  std::unordered_set<uint64_t> dirty;  // streams whose latest changed since take_latest()
   size_t local_records = 0;
   // counters, for stats()
   std::atomic<uint64_t> ops_seen{0};  // counted off the GIL
@@ -350,16 +349,26 @@ PyObject* item_of(const Access& access, const Generation& generation) {
                        generation_of(generation));
 }
 
-// (stream, seq, op, site, [items])
 PyObject* op_name_of(const Plan* plan) {
   if (plan == nullptr) return Py_None;
   if (plan->op_name == nullptr) const_cast<Plan*>(plan)->op_name = PyUnicode_FromString(plan->short_name.c_str());
   return plan->op_name;
 }
 
+// (stream, seq, op, site, [items])
 PyObject* launch_of(const Launch& launch, PyObject* items) {
   return Py_BuildValue("(KLOON)", (unsigned long long)launch.stream, (long long)launch.seq, op_name_of(launch.plan),
                        launch.site.object ? launch.site.object : Py_None, items);
+}
+
+// The user's stack (torch's gather_traceback: code pointers, symbolized only
+// for a report), or nullptr where this torch has no gather_traceback. GIL held.
+PyObject* user_site() {
+  Tap& t = tap();
+  if (t.gather.object == nullptr || t.gather.object == Py_None) return nullptr;
+  PyObject* site = PyObject_CallFunctionObjArgs(t.gather.object, Py_True, Py_False, Py_False, nullptr);
+  if (site == nullptr) PyErr_Clear();
+  return site;
 }
 
 // The base's local history as launches in seq order; the base becomes shared.
@@ -411,7 +420,7 @@ void call_back(PyObject* argument) {
 void note_latest(uint64_t stream, int64_t seq) {
   Tap& t = tap();
   t.latest[stream] = seq;
-  if (t.dirty_set.insert(stream).second) t.dirty.push_back(stream);
+  t.dirty.insert(stream);
 }
 
 // Keep the latest write and the latest read per exact range (a write also
@@ -461,10 +470,7 @@ void apply(PendingOp& op) {
   launch->stream = current_stream(op.accesses.front().device);
   launch->seq = ++t.counter;
   note_latest(launch->stream, launch->seq);
-  if (t.gather.object != nullptr && t.gather.object != Py_None) {
-    launch->site.object = PyObject_CallFunctionObjArgs(t.gather.object, Py_True, Py_False, Py_False, nullptr);
-    if (launch->site.object == nullptr) PyErr_Clear();
-  }
+  launch->site.object = user_site();
   bool main = is_main(launch->stream);
   std::vector<Record> flushed;
   std::vector<Record> forwarded;
@@ -492,27 +498,35 @@ void apply(PendingOp& op) {
   call_back(launches);
 }
 
-void record_stream(const at::RecordFunction& fn) {
-  auto inputs = fn.inputs();
-  if (inputs.size() < 2 || !inputs[0].isTensor()) return;
+// For a tensor the engine side handles itself (record_stream, Triton,
+// collectives): share its base, handing its local history over as launches.
+// Returns (launches, base, (generation, site, stream, nbytes)), or nullptr
+// for a tensor the tap does not track (another device type, empty). GIL held.
+PyObject* claim_tensor(const at::Tensor& tensor) {
   PendingOp op;
-  add_tensor(op, inputs[0].toTensor(), &kResult, -1, false);
-  if (op.accesses.empty()) return;
-  if (!inputs[1].isStream()) return;
-  c10::Stream pledged = inputs[1].toStream();
-  uint64_t stream = stream_key(pledged.device_index(), pledged.id());
-  PyGILState_STATE gil = PyGILState_Ensure();
-  ++in_tap;
+  add_tensor(op, tensor, &kResult, -1, false);
+  if (op.accesses.empty()) return nullptr;
   Access& access = op.accesses.front();
   auto launch = std::make_shared<Launch>();
   launch->stream = current_stream(access.device);
+  launch->site.object = user_site();  // where the tensor was first seen, if it is a new owner
   Base& base = base_of(access, launch);
   std::vector<Record> flushed;
   if (!base.shared) flush(base, flushed);
-  PyObject* launches = launches_of(flushed);
-  PyObject* message = Py_BuildValue("(sNLNK)", "record_stream", launches, (long long)access.base,
-                                    generation_of(*base.generation), (unsigned long long)stream);
-  call_back(message);
+  return Py_BuildValue("(NLN)", launches_of(flushed), (long long)access.base, generation_of(*base.generation));
+}
+
+void record_stream(const at::RecordFunction& fn) {
+  auto inputs = fn.inputs();
+  if (inputs.size() < 2 || !inputs[0].isTensor() || !inputs[1].isStream()) return;
+  c10::Stream pledged = inputs[1].toStream();
+  PyGILState_STATE gil = PyGILState_Ensure();
+  ++in_tap;
+  PyObject* claimed = claim_tensor(inputs[0].toTensor());
+  if (claimed != nullptr) {
+    uint64_t stream = stream_key(pledged.device_index(), pledged.id());
+    call_back(Py_BuildValue("(sNK)", "record_stream", claimed, (unsigned long long)stream));
+  }
   --in_tap;
   PyGILState_Release(gil);
 }
@@ -615,7 +629,6 @@ void disable() {
   t.bases.clear();
   t.latest.clear();
   t.dirty.clear();
-  t.dirty_set.clear();
   t.local_records = 0;
   t.callback.reset();
   t.gather.reset();
@@ -630,31 +643,12 @@ py::list take_latest() {
   py::list out;
   for (uint64_t stream : t.dirty) out.append(py::make_tuple(stream, t.latest[stream]));
   t.dirty.clear();
-  t.dirty_set.clear();
   return out;
 }
 
-// For an access the engine side makes itself (Triton, collectives): hand the
-// local history of the tensor's base over, as launches, and share the base.
-// Returns (launches, (generation, generation_site, generation_stream, nbytes)),
-// or None for a tensor the tap does not track (another device type, empty).
 py::object claim(const at::Tensor& tensor) {
-  Tap& t = tap();
-  PendingOp op;
-  add_tensor(op, tensor, &kResult, -1, false);
-  if (op.accesses.empty()) return py::none();
-  Access& access = op.accesses.front();
-  auto launch = std::make_shared<Launch>();
-  launch->stream = current_stream(access.device);
-  if (t.gather.object != nullptr && t.gather.object != Py_None) {
-    launch->site.object = PyObject_CallFunctionObjArgs(t.gather.object, Py_True, Py_False, Py_False, nullptr);
-    if (launch->site.object == nullptr) PyErr_Clear();
-  }
-  Base& base = base_of(access, launch);
-  std::vector<Record> flushed;
-  if (!base.shared) flush(base, flushed);
-  py::object launches = py::reinterpret_steal<py::object>(launches_of(flushed));
-  return py::make_tuple(launches, py::reinterpret_steal<py::object>(generation_of(*base.generation)));
+  PyObject* claimed = claim_tensor(tensor);
+  return claimed ? py::reinterpret_steal<py::object>(claimed) : py::none();
 }
 
 // Drop local records that every stream is already ordered after: ``floor``

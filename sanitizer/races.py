@@ -493,19 +493,24 @@ class RaceCheck:
         return stream
 
     def _on_tap(self, message) -> None:
-        """What the tap hands over: launches (a list), or ("record_stream", launches, base, generation, stream)."""
+        """What the tap hands over: launches (a list), or ("record_stream", claimed, stream)."""
         try:
             if self._engine is None:
                 return
             if message.__class__ is list:
                 self._tap_launches(message)
                 return
-            _, launches, base, generation, stream = message
-            self._tap_launches(launches)
-            self._tap_alloc(base, generation)
-            self._engine.record_stream(base, self._tap_stream(stream), _site())
+            _, claimed, stream = message
+            alloc = self._tap_claimed(claimed)
+            self._engine.record_stream(alloc.start, self._tap_stream(stream), _site())
         except Exception as error:  # never break the user's program
             self._internal_error("native tap", error)
+
+    def _tap_claimed(self, claimed) -> AllocInfo:
+        """A tensor the tap handed over (its base's history and owner); returns its allocation."""
+        launches, base, generation = claimed
+        self._tap_launches(launches)
+        return self._tap_alloc(base, generation)
 
     def _tap_launches(self, launches) -> None:
         engine = self._engine
@@ -882,8 +887,7 @@ class RaceCheck:
             claimed = self._tap.claim(tensor)
             if claimed is None:
                 return
-            self._tap_launches(claimed[0])
-            alloc = self._tap_alloc(base, claimed[1])
+            alloc = self._tap_claimed(claimed)
         else:
             alloc = self._allocs.get(base)
             if alloc is None:
