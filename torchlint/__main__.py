@@ -1,0 +1,4 @@
+"""``python -m torchlint``: the same as the ``torchlint`` command."""
+from torchlint.cli import main
+
+raise SystemExit(main())
