@@ -126,3 +126,12 @@ def parse_kinds(text: str) -> frozenset:
             f"unknown finding kind(s) {', '.join(unknown)}; valid kinds: {', '.join(KINDS)}, all, none"
         )
     return frozenset(names)
+
+
+def is_one_off(finding: Finding) -> bool:
+    """A sync site that ran only a few times (a final read, a checkpoint save, an assert after a loop).
+
+    It stays in the JSON report as ``info`` with no rule code; summaries and
+    ``fail_on`` leave it out (sync.py's docstring defines the boundary).
+    """
+    return finding.kind == SYNC and isinstance(finding.details, dict) and finding.details.get("repeated") is False

@@ -4,37 +4,52 @@ torch's own warning locations point into torch (``_tensor_str.py`` for
 ``print(t)``, ``grad_scaler.py`` for ``GradScaler.step``), so each finding is
 traced to the innermost frame of *user* code instead.
 
-What counts as user code (``is_user_file``), decided once per file name and
-cached, in this order:
+What counts as user code (``origin_of``) is decided from where a file's
+module comes from, never from a path substring, once per file name (cached),
+in this order:
 
 1. Pseudo files (``<string>``, ``<frozen ...>``) are not user code.
-2. torchlint itself is never user code.
-3. The standard library is never user code (checked before the roots, so a
-   root of ``/`` cannot make it user code).
-4. A file under a *user root* counts as user code, unless it lies inside a
-   ``site-packages``/``dist-packages`` folder under that root (a virtual
-   environment inside the project). User roots are the pytest rootdir, the
-   directory of the script the runner runs, and anything passed to
-   ``add_user_root``; the current directory is the default root.
-5. A file inside ``site-packages``/``dist-packages`` counts as user code only
-   when its top-level package is a *user package*: the packages found at the
-   top of each user root or its ``src/`` folder (so the package under test
-   still counts when it is installed, not only when it is imported from the
-   checkout), plus anything passed to ``add_user_package``.
-6. torch (and its companions: torchgen, functorch,
-   triton) and pytest/pluggy are not user code, wherever they are installed.
-7. Anything else (a script in some other folder) is user code.
+2. torchlint itself (wherever it was imported from) is never user code.
+3. Files registered with ``add_user_file`` are user code: the pytest plugin
+   registers every collected test module, so a test's own frames are the
+   user's however the project is laid out.
+4. The file's *import root* is found: the longest ``sys.path`` entry that
+   holds it, and its top-level package under that entry.
+   - torch (and torchgen, functorch, triton) and pytest/pluggy are libraries
+     wherever they come from;
+   - a *user package* (found at the top of a user root or its ``src/``, or
+     passed to ``add_user_package``) is user code even when installed, so the
+     package under test still counts when it is not imported from the
+     checkout;
+   - an *installed* module is a library: its import root is one of the
+     interpreter's site directories (``sysconfig``'s purelib/platlib for
+     ``sys.prefix`` and ``sys.base_prefix``, ``site.getsitepackages()``, the
+     user site), or the import root holds the distribution metadata
+     (``*.dist-info``/``*.egg-info``) of the distribution that provides the
+     top-level package (``pip install --target``, a vendored wheel, Bazel
+     runfiles, a zipapp's bundled packages).
+5. The standard library (``sysconfig``'s stdlib/platstdlib of the running and
+   the base interpreter) is not user code.
+6. A file under a *user root* is user code. User roots are pytest's rootdir,
+   the directory of the script the runner runs, and anything passed to
+   ``add_user_root``; without any, the current directory and the directory of
+   a ``__main__`` script.
+7. Anything else inside ``sys.prefix``/``sys.base_prefix`` (a conda
+   environment's other folders) is not user code; anything imported through
+   a ``sys.path`` entry outside every user root is a library; the rest (a
+   script in some other folder) is user code.
 
 Test files (``test_*.py``, ``*_test.py``, ``conftest.py``) are user code, but
-``user_stack`` attributes a sync to them only when no frame of the code under
-test is on the stack: ``assert model(x).sum() == 3`` inside the model's code
-path is the model's sync, while a ``.item()`` written in the test is the
-test's.
+``user_stack`` attributes a sync to them only when a frame of the code under
+test is on the stack *inside* the test frame: ``assert model(x).sum() == 3``
+inside the model's code path is the model's sync, while a ``.item()`` written
+in the test is the test's.
 """
 from __future__ import annotations
 
 import fnmatch
 import os
+import site
 import sys
 import sysconfig
 import threading
@@ -42,17 +57,19 @@ from typing import Dict, Iterable, List, Optional, Tuple
 
 from .findings import Frame
 
-_THIRD_PARTY_DIRS = ("site-packages", "dist-packages")
-# Libraries that are never the user's code even outside site-packages
-# (a source checkout of torch on PYTHONPATH, say).
+# Libraries that are never the user's code, however they were installed.
 _NEVER_USER_PACKAGES = ("torch", "torchgen", "functorch", "triton", "_pytest", "pytest", "pluggy", "torchlint")
 _TEST_FILE_PATTERNS = ["test_*.py", "*_test.py", "conftest.py"]
+_METADATA_SUFFIXES = (".dist-info", ".egg-info")
+_GENERATOR_FLAGS = 0x20 | 0x80 | 0x200  # CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR
 
 _lock = threading.Lock()
 _user_roots: List[str] = []
+_user_files: set = set()
 _user_packages: set = set()
 _origin_cache: Dict[str, str] = {}
 _test_cache: Dict[str, bool] = {}
+_installed_cache: Dict[str, frozenset] = {}
 
 
 def _norm(path: str) -> str:
@@ -63,16 +80,34 @@ def _under(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
-def _stdlib_dirs() -> List[str]:
+def _scheme_paths(keys: Tuple[str, ...]) -> List[str]:
+    """``sysconfig`` paths for the running and the base interpreter (a venv has both)."""
     dirs = set()
-    for key in ("stdlib", "platstdlib"):
+    for base in {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}:
+        variables = {"base": base, "platbase": base, "installed_base": base, "installed_platbase": base}
         try:
-            dirs.add(_norm(sysconfig.get_paths()[key]))
-        except KeyError:
-            pass
-    for prefix in {sys.base_prefix, sys.base_exec_prefix}:
-        dirs.add(_norm(os.path.join(prefix, "lib", f"python{sys.version_info[0]}.{sys.version_info[1]}")))
+            paths = sysconfig.get_paths(vars=variables)
+        except Exception:
+            continue
+        dirs.update(_norm(paths[key]) for key in keys if key in paths)
     return sorted(dirs)
+
+
+def _site_dirs() -> List[str]:
+    dirs = set(_scheme_paths(("purelib", "platlib")))
+    try:
+        dirs.update(_norm(path) for path in site.getsitepackages())
+    except Exception:  # some embedded interpreters lack it
+        pass
+    user_site = getattr(site, "USER_SITE", None)
+    if user_site:
+        dirs.add(_norm(user_site))
+    return sorted(dirs)
+
+
+def _prefixes() -> List[str]:
+    prefixes = {_norm(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix) if p}
+    return sorted(p for p in prefixes if p != _norm(os.sep))
 
 
 def _torchlint_dirs() -> List[str]:
@@ -84,7 +119,9 @@ def _torchlint_dirs() -> List[str]:
     return sorted(dirs)
 
 
-_STDLIB_DIRS = _stdlib_dirs()
+_STDLIB_DIRS = _scheme_paths(("stdlib", "platstdlib"))
+_SITE_DIRS = _site_dirs()
+_PREFIXES = _prefixes()
 _TORCHLINT_DIRS = _torchlint_dirs()
 
 
@@ -113,6 +150,13 @@ def add_user_root(path: str) -> None:
         _origin_cache.clear()
 
 
+def add_user_file(path: str) -> None:
+    """Count one file as user code wherever it lives (the pytest plugin registers each test module)."""
+    with _lock:
+        _user_files.add(_norm(path))
+        _origin_cache.pop(path, None)
+
+
 def add_user_package(name: str) -> None:
     """Count an installed top-level package as user code even inside site-packages."""
     with _lock:
@@ -128,27 +172,79 @@ def set_test_file_patterns(patterns: Iterable[str]) -> None:
 
 
 def reset() -> None:
-    """Forget configured roots and packages (tests use this)."""
+    """Forget configured roots, files and packages (tests use this)."""
     with _lock:
         _user_roots.clear()
+        _user_files.clear()
         _user_packages.clear()
         _TEST_FILE_PATTERNS[:] = ["test_*.py", "*_test.py", "conftest.py"]
         _origin_cache.clear()
         _test_cache.clear()
+        _installed_cache.clear()
+
+
+def _main_script_dir() -> Optional[str]:
+    """The directory of a ``python script.py`` program (not of ``python -m`` or an installed entry point)."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if not path or getattr(main, "__spec__", None) is not None:
+        return None
+    folder = _norm(os.path.dirname(os.path.abspath(path)))
+    if any(_under(folder, d) for d in _PREFIXES + _SITE_DIRS):
+        return None  # an entry-point script in the environment's bin/
+    return folder
 
 
 def _roots() -> List[str]:
-    return _user_roots or [_norm(os.getcwd())]
+    if _user_roots:
+        return _user_roots
+    script = _main_script_dir()
+    return [_norm(os.getcwd())] + ([script] if script else [])
 
 
-def _third_party_top(path: str) -> Optional[str]:
-    """The top-level package name of a file inside site-packages, else None."""
-    parts = path.split(os.sep)
-    for index in range(len(parts) - 1, -1, -1):
-        if parts[index] in _THIRD_PARTY_DIRS and index + 1 < len(parts):
-            top = parts[index + 1]
-            return top[:-3] if top.endswith(".py") else top
-    return None
+def _import_root(path: str) -> Tuple[Optional[str], Optional[str]]:
+    """``(sys.path entry, top-level name)`` the file is importable as; the longest entry wins."""
+    best = None
+    for entry in sys.path:
+        folder = _norm(entry or os.getcwd())
+        if _under(path, folder) and path != folder and (best is None or len(folder) > len(best)):
+            best = folder
+    if best is None:
+        return None, None
+    top = path[len(best):].lstrip(os.sep).split(os.sep, 1)[0]
+    return best, (top[:-3] if top.endswith(".py") else top)
+
+
+def _installed_tops(entry: str) -> frozenset:
+    """Top-level names provided by the distributions whose metadata sits in ``entry``."""
+    cached = _installed_cache.get(entry)
+    if cached is not None:
+        return cached
+    tops = set()
+    try:
+        names = os.listdir(entry)
+    except OSError:
+        names = []
+    if any(name.endswith(_METADATA_SUFFIXES) for name in names):
+        from importlib import metadata
+
+        for dist in metadata.distributions(path=[entry]):
+            listed = dist.read_text("top_level.txt")
+            if listed:
+                tops.update(line.strip() for line in listed.splitlines() if line.strip())
+            for file in dist.files or ():
+                parts = file.parts
+                if parts and parts[0] != ".." and not parts[0].endswith(_METADATA_SUFFIXES):
+                    tops.add(parts[0][:-3] if parts[0].endswith(".py") else parts[0])
+    result = frozenset(tops)
+    _installed_cache[entry] = result
+    return result
+
+
+def short_path(path: str) -> str:
+    """A library file as its import path shows it (``torch/_tensor_str.py``), else the path unchanged."""
+    entry, top = _import_root(_norm(path))
+    return os.path.relpath(_norm(path), entry) if entry is not None else path
 
 
 # Where a file comes from; only USER frames are sites.
@@ -161,15 +257,26 @@ def _decide(filename: str) -> str:
     path = _norm(filename)
     if any(_under(path, d) for d in _TORCHLINT_DIRS):
         return TORCHLINT
-    top = _third_party_top(path)
+    if path in _user_files:
+        return USER
+    entry, top = _import_root(path)
     if top is not None:
-        return USER if top in _user_packages and top not in _NEVER_USER_PACKAGES else LIBRARY
+        if top in _NEVER_USER_PACKAGES:
+            return LIBRARY
+        if top in _user_packages:
+            return USER
+        if entry in _SITE_DIRS or top in _installed_tops(entry):
+            return LIBRARY
+    elif any(_under(path, d) for d in _SITE_DIRS):
+        return LIBRARY
     if any(_under(path, d) for d in _STDLIB_DIRS):
         return STDLIB
-    if any(_under(path, root) for root in _roots()):
+    roots = _roots()
+    if any(_under(path, root) for root in roots):
         return USER
-    parts = path.split(os.sep)
-    if any(name in parts for name in _NEVER_USER_PACKAGES):
+    if any(_under(path, prefix) for prefix in _PREFIXES):
+        return LIBRARY
+    if entry is not None and not any(_under(entry, root) for root in roots):
         return LIBRARY
     return USER
 
@@ -216,6 +323,20 @@ def raw_user_stack(limit: int = 8, skip: int = 0):
     One walk over ``f_back`` with a cached per-file decision; no source lookup
     and no string formatting.
     """
+    return _select(_live_frames(sys._getframe(skip + 1)), limit)[:3]
+
+
+def sync_site_stack(limit: int = 8, skip: int = 0):
+    """``raw_user_stack`` plus the *callee*: the frame the innermost user line called.
+
+    The callee is the outermost non-user frame below the first user frame
+    (``torch.save``'s frame for ``torch.save(model.state_dict())``), or None
+    when the user line itself triggered the event or the callee is a
+    generator (a generator frame lives across iterations). Every sync inside
+    one call of the callee is one *run* of the user's line: the sync check
+    holds the callee to tell a second sync of the same call from the line
+    running again.
+    """
     return _select(_live_frames(sys._getframe(skip + 1)), limit)
 
 
@@ -231,18 +352,23 @@ def user_frames_of(entries: Iterable[Tuple[str, int, str]], limit: int = 8) -> L
 def _live_frames(frame):
     while frame is not None:
         code = frame.f_code
-        yield code.co_filename, frame.f_lineno, code.co_name, code
+        yield code.co_filename, frame.f_lineno, code.co_name, frame
         frame = frame.f_back
 
 
 def _select(entries, limit: int):
-    """Pick the user frames out of ``(file, line, name, code_or_qualname)`` entries, innermost first."""
+    """Pick the user frames out of ``(file, line, name, frame_or_qualname)`` entries, innermost first.
+
+    Returns ``(user, library, internal, callee)``; ``callee`` is a frame object
+    only for live walks (see ``sync_site_stack``).
+    """
     user: List[Tuple[str, int, str]] = []
     library: Optional[Tuple[str, int, str]] = None
     internal = False
+    callee = None
     first_non_test = -1
     cache = _origin_cache
-    for filename, line, name, code in entries:
+    for filename, line, name, frame in entries:
         origin = cache.get(filename)
         if origin is None:
             origin = _origin(filename)
@@ -253,16 +379,19 @@ def _select(entries, limit: int):
             if first_non_test >= 0 and len(user) - first_non_test >= limit:
                 break
         elif not user:
+            callee = frame
             if origin == TORCHLINT:
                 internal = True
             elif origin == LIBRARY and library is None:
-                qualname = code if isinstance(code, str) else getattr(code, "co_qualname", name)
+                qualname = frame if isinstance(frame, str) else getattr(frame.f_code, "co_qualname", name)
                 library = (filename, line, qualname)
     if first_non_test > 0:
         # Code under test is on the stack: the test frames inside it (a test
         # callback called by the library under test) are not the site.
         user = user[first_non_test:]
-    return user[:limit], library, internal
+    if isinstance(callee, str) or (callee is not None and callee.f_code.co_flags & _GENERATOR_FLAGS):
+        callee = None
+    return user[:limit], library, internal, callee
 
 
 def user_stack(limit: int = 8, skip: int = 0) -> List[Frame]:
@@ -271,5 +400,5 @@ def user_stack(limit: int = 8, skip: int = 0) -> List[Frame]:
     ``skip`` drops that many extra frames of the caller's own before the walk
     starts. An empty list means no user frame was on the stack.
     """
-    frames, _, _ = raw_user_stack(limit=limit, skip=skip + 1)
+    frames = raw_user_stack(limit=limit, skip=skip + 1)[0]
     return [Frame(file, line, function) for file, line, function in frames]

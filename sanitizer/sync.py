@@ -35,11 +35,28 @@ those entry points for a *sampled window* of ``TIMING_WINDOW_STEPS`` steps
 they are removed again, so a hot indexing path pays only inside the window.
 A site that was never timed reports ``stall_ms: null``.
 
+One-off and repeated sites
+--------------------------
+A *run* of a site is one execution of the user's line that synced: every
+sync inside one call the line makes (``torch.save(model.state_dict())``
+copies each tensor; ``torch.testing.assert_close`` reads several flags) is
+one run, and the line running again in a loop is the next run
+(``frames.sync_site_stack`` names the call). A site is *repeated* when it ran
+at least ``min_count`` times (``--gpu-sanitize-min-count``, default
+``DEFAULT_MIN_COUNT``; warm-up runs count, since they are runs of the same
+loop), or when it occurred in every measured step over two or more steps. A
+repeated site is a finding with its rule's code. Any other site is
+*one-off* (a final read, a checkpoint save, an ``assert`` after the loop): it
+stays in the report as ``info`` with no rule code and ``details["repeated"]``
+false, and summaries and ``--gpu-sanitize-fail-on`` leave it out
+(``findings.is_one_off``).
+
 Allowlist
 ---------
 Syncs inside ``allow_sync()`` are dropped. A ``# noqa`` on the reported line
-silences the site: bare ``# noqa`` (or ``# noqa`` without a colon) silences
-everything, ``# noqa: TL101`` silences the sites whose rule is TL101.
+silences the site, read by the linter's own parser (``torchlint.noqa``): bare
+``# noqa`` (or ``# noqa`` without a colon) silences everything,
+``# noqa: TL101`` silences the sites whose rule is TL101.
 
 torch.compile: the wrappers are plain Python functions, so Dynamo graph-breaks
 on them like it already does on ``.item()``; a compiled region is checked
@@ -54,6 +71,8 @@ import threading
 import time
 import warnings
 from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from torchlint.noqa import line_suppresses
 
 from . import frames as _frames
 from .findings import SYNC, Finding, Frame
@@ -90,29 +109,12 @@ KINDS: Dict[str, Tuple[Optional[str], str, str]] = {
     "other": (None, "synchronizing CUDA operation", "find the op on this line that reads a GPU value on the host"),
 }
 
+# Runs of a site (executions of its line) that make it a repeated site.
+DEFAULT_MIN_COUNT = 5
+
 # The steps (or, without steps, the events) a lazily armed timing window lasts.
 TIMING_WINDOW_STEPS = 2
 TIMING_WINDOW_EVENTS = 64
-
-_NOQA = re.compile(r"#\s*noqa(?P<colon>\s*:\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*))?", re.IGNORECASE)
-
-
-def noqa_codes(source_line: str) -> Optional[frozenset]:
-    """None: no noqa. Empty set: a blanket noqa. Otherwise the listed codes."""
-    match = _NOQA.search(source_line)
-    if match is None:
-        return None
-    if not match.group("colon"):
-        return frozenset()
-    return frozenset(code.upper() for code in re.split(r"[\s,]+", match.group("codes")) if code)
-
-
-def is_silenced_by_noqa(source_line: str, rule: Optional[str]) -> bool:
-    codes = noqa_codes(source_line)
-    if codes is None:
-        return False
-    return not codes or (rule is not None and rule in codes)
-
 
 # Source-line patterns, in priority order. The first group holds the kinds
 # whose entry points are not wrapped all the time: when a sync arrives through
@@ -182,7 +184,7 @@ def _strip_comment(line: str) -> str:
 
 class _Site:
     __slots__ = ("key", "kind", "api", "stack", "library", "steps", "stall", "timed",
-                 "silenced", "silenced_count", "tensor", "in_test")
+                 "silenced", "silenced_count", "tensor", "in_test", "runs", "callee")
 
     def __init__(self, key, kind, api, stack, library, silenced, in_test):
         self.key = key
@@ -197,6 +199,8 @@ class _Site:
         self.silenced_count = 0
         self.tensor: Optional[Dict[str, Any]] = None
         self.in_test = in_test
+        self.runs = 0  # executions of the line that synced, warm-up included
+        self.callee = None  # the frame of the call the latest run made (see frames.sync_site_stack)
 
 
 class _Patch:
@@ -294,6 +298,9 @@ class SyncCheck:
             patch.restore()
         self._patches = []
         self._remove_warning_hook()
+        with self._lock:
+            for site in self._sites.values():
+                site.callee = None  # a held frame keeps its locals (tensors) alive
         self.started = False
 
     def on_step(self, step: int) -> None:
@@ -511,7 +518,7 @@ class SyncCheck:
         if self.session.sync_allowed():
             self.allowed_count += 1
             return
-        user, library, internal = _frames.raw_user_stack(limit=self.stack_limit, skip=skip + 1)
+        user, library, internal, callee = _frames.sync_site_stack(limit=self.stack_limit, skip=skip + 1)
         if internal:
             self.internal_count += 1  # torchlint's own read-backs are not the user's
             return
@@ -533,7 +540,7 @@ class SyncCheck:
             site = self._sites.get(key)
             if site is None:
                 rule = KINDS[kind][0]
-                silenced = bool(user) and is_silenced_by_noqa(self._source(top[0], top[1]), rule)
+                silenced = bool(user) and line_suppresses(self._source(top[0], top[1]), rule)
                 in_test = bool(user) and _frames.is_test_file(top[0])
                 site = _Site(key, kind, api, user or [top], library, silenced, in_test)
                 if tensor is not None:
@@ -543,6 +550,9 @@ class SyncCheck:
                 site.silenced_count += 1
                 return
             site.steps[step] = site.steps.get(step, 0) + 1
+            if callee is None or callee is not site.callee:
+                site.runs += 1
+                site.callee = callee
             if stall is not None:
                 site.stall[step] = site.stall.get(step, 0.0) + stall
                 site.timed[step] = site.timed.get(step, 0) + 1
@@ -561,6 +571,7 @@ class SyncCheck:
 
     def findings(self) -> List[Finding]:
         session = self.session
+        min_count = getattr(session, "sync_min_count", None) or DEFAULT_MIN_COUNT
         completed = session.step_index
         stepped = completed > 0
         measured_steps = session.measured_steps()
@@ -581,6 +592,7 @@ class SyncCheck:
             timed = sum(v for step, v in site.timed.items() if session.is_measured(step))
             steps_seen = sorted(measured)
             every_step = bool(required) and required.issubset(measured) if stepped else None
+            repeated = site.runs >= min_count or bool(every_step and len(site.steps) >= 2)
             rule, label, hint = KINDS[site.kind]
             per_step = count / measured_steps
             file, line, function = site.stack[0]
@@ -594,9 +606,11 @@ class SyncCheck:
                 "warmup_count": warmup_count,
                 "stall_ms": round(stall_s * 1000.0, 3) if timed else None,
                 "timed_calls": timed,
-                "via": f"{_short(site.library[0])}:{site.library[1]} {site.library[2]}" if site.library else None,
+                "via": f"{_frames.short_path(site.library[0])}:{site.library[1]} {site.library[2]}" if site.library else None,
                 "in_test": site.in_test,
                 "user_frame": bool(site.stack) and site.stack[0] is not None and _frames.is_user_file(file),
+                "runs": site.runs,
+                "repeated": repeated,
             }
             if site.tensor is not None:
                 details["tensor"] = site.tensor
@@ -604,6 +618,10 @@ class SyncCheck:
             where = "every measured step" if every_step else (
                 f"{len(steps_seen)} of {measured_steps} measured steps" if stepped else "outside any training step")
             message = f"{label} blocks the host until the GPU catches up ({count}x, {where})"
+            if not repeated:
+                severity, rule = "info", None
+                message = (f"one-off sync: {label} ran {site.runs}x "
+                           f"(a repeated site runs at least {min_count}x, or every step)")
             results.append(Finding(
                 kind=SYNC,
                 severity=severity,
@@ -621,8 +639,3 @@ class SyncCheck:
         results.sort(key=lambda f: (-(f.details["stall_ms"] or 0.0), -f.count, f.file or "", f.line or 0))
         return results
 
-
-def _short(path: str) -> str:
-    marker = os.sep + "site-packages" + os.sep
-    index = path.rfind(marker)
-    return path[index + len(marker):] if index >= 0 else path

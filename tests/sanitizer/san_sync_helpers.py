@@ -19,20 +19,40 @@ LIBRARY_SOURCE = textwrap.dedent('''
 
     def call(fn, *args):
         return fn(*args)
-''' % SYNC_TEXT)
+
+    def batches(n):
+        for index in range(n):
+            warnings.warn("%s", UserWarning)
+            yield index
+''' % (SYNC_TEXT, SYNC_TEXT))
+
+
+def write_distribution(folder, name, source=LIBRARY_SOURCE):
+    """Install package ``name`` into ``folder`` the way pip does: the package plus its ``.dist-info``.
+
+    The sanitizer tells library code from user code by where a module comes
+    from (an import root holding the distribution's metadata), so a fake
+    library must be installed, not merely placed in a folder.
+    """
+    (folder / name).mkdir(parents=True)
+    (folder / name / "__init__.py").write_text(source)
+    info = folder / f"{name}-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    (info / "top_level.txt").write_text(name + "\n")
+    (info / "RECORD").write_text(f"{name}/__init__.py,,\n{info.name}/METADATA,,\n{info.name}/RECORD,,\n")
+    return folder
 
 
 def install_fake_library(tmp_path, name="fakecuda"):
-    """Write ``site-packages/<name>`` under tmp_path and import it (library code, not user code)."""
-    site = tmp_path / "site-packages"
-    (site / name).mkdir(parents=True)
-    (site / name / "__init__.py").write_text(LIBRARY_SOURCE)
-    sys.path.insert(0, str(site))
-    try:
-        module = __import__(name)
-    finally:
-        sys.path.remove(str(site))
-    return module
+    """Install ``<name>`` into a folder on ``sys.path`` and import it (library code, not user code).
+
+    The folder stays on ``sys.path`` (at its end, shadowing nothing): an
+    import root that is gone could no longer say where the module came from.
+    """
+    site = write_distribution(tmp_path / "libs", name)
+    sys.path.append(str(site))
+    return __import__(name)
 
 
 def write_user_module(tmp_path, name, source):

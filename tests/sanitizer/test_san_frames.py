@@ -8,7 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from torchlint.sanitizer import frames  # noqa: E402
-from san_sync_helpers import install_fake_library, line_of, write_user_module  # noqa: E402
+from san_sync_helpers import install_fake_library, line_of, write_distribution, write_user_module  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -34,11 +34,14 @@ def test_files_under_a_root_and_elsewhere_are_user_code(tmp_path):
     assert frames.origin_of(str(tmp_path / "train.py")) == frames.USER
 
 
-def test_installed_package_under_test_stays_user_code(tmp_path):
+def test_installed_package_under_test_stays_user_code(tmp_path, monkeypatch):
     project = tmp_path / "project"
     (project / "src" / "mymodel").mkdir(parents=True)
     (project / "src" / "mymodel" / "__init__.py").write_text("")
     installed = tmp_path / "venv" / "lib" / "python3.11" / "site-packages"
+    for name in ("mymodel", "numpy", "torch"):
+        write_distribution(installed, name, "")
+    monkeypatch.syspath_prepend(str(installed))
     assert not frames.is_user_file(str(installed / "mymodel" / "layers.py"))
     frames.add_user_root(str(project))
     assert frames.is_user_file(str(installed / "mymodel" / "layers.py"))
@@ -46,9 +49,53 @@ def test_installed_package_under_test_stays_user_code(tmp_path):
     assert not frames.is_user_file(str(installed / "torch" / "nn" / "modules" / "linear.py"))
 
 
-def test_venv_inside_the_project_is_not_user_code(tmp_path):
+def test_an_installed_folder_inside_the_project_is_not_user_code(tmp_path, monkeypatch):
+    # A venv or a `pip install --target deps/` inside the project: the metadata says installed.
     frames.add_user_root(str(tmp_path))
-    assert not frames.is_user_file(str(tmp_path / ".venv" / "lib" / "python3.11" / "site-packages" / "requests" / "api.py"))
+    for folder in (tmp_path / ".venv" / "lib" / "python3.11" / "site-packages", tmp_path / "deps"):
+        write_distribution(folder, "requests", "")
+        monkeypatch.syspath_prepend(str(folder))
+        assert frames.origin_of(str(folder / "requests" / "api.py")) == frames.LIBRARY
+        frames.reset()
+        frames.add_user_root(str(tmp_path))
+    (tmp_path / "src").mkdir()
+    monkeypatch.syspath_prepend(str(tmp_path / "src"))  # a src layout on the path is the user's
+    assert frames.is_user_file(str(tmp_path / "src" / "mypkg" / "model.py"))
+
+
+def test_no_folder_name_decides(tmp_path, monkeypatch):
+    # Modules imported from a folder outside the project without metadata (a checkout on
+    # PYTHONPATH) are libraries; a project folder named site-packages stays the user's.
+    outside = tmp_path / "elsewhere"
+    (outside / "vendored").mkdir(parents=True)
+    project = tmp_path / "project"
+    (project / "site-packages").mkdir(parents=True)
+    frames.add_user_root(str(project))
+    monkeypatch.syspath_prepend(str(outside))
+    assert frames.origin_of(str(outside / "vendored" / "ops.py")) == frames.LIBRARY
+    assert frames.origin_of(str(project / "site-packages" / "mine.py")) == frames.USER
+
+
+def test_torch_and_pytest_are_libraries_wherever_they_come_from(tmp_path, monkeypatch):
+    target = tmp_path / "project" / "target"
+    (target / "_pytest").mkdir(parents=True)
+    frames.add_user_root(str(tmp_path / "project"))
+    monkeypatch.syspath_prepend(str(target))
+    assert frames.origin_of(str(target / "_pytest" / "python.py")) == frames.LIBRARY
+
+
+def test_a_registered_test_module_is_user_code_wherever_it_lives(tmp_path, monkeypatch):
+    installed = write_distribution(tmp_path / "deps", "suite", "")
+    monkeypatch.syspath_prepend(str(installed))
+    path = str(installed / "suite" / "test_model.py")
+    assert frames.origin_of(path) == frames.LIBRARY
+    frames.add_user_file(path)
+    assert frames.origin_of(path) == frames.USER
+
+
+def test_short_path_is_the_import_path():
+    assert frames.short_path(torch.__file__) == os.path.join("torch", "__init__.py")
+    assert frames.short_path("/not/on/the/path.py") == "/not/on/the/path.py"
 
 
 def test_add_user_package_counts_an_installed_package():

@@ -9,7 +9,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from torchlint.sanitizer import allow_sync, frames, sanitize  # noqa: E402
-from torchlint.sanitizer.sync import KINDS, SyncCheck, classify, is_silenced_by_noqa, noqa_codes  # noqa: E402
+from torchlint.sanitizer.findings import is_one_off  # noqa: E402
+from torchlint.sanitizer.session import SanitizerSession  # noqa: E402
+from torchlint.noqa import ALL, NO_NOQA, line_noqa, line_suppresses  # noqa: E402
+from torchlint.sanitizer.sync import KINDS, SyncCheck, classify  # noqa: E402
 from san_sync_helpers import SYNC_TEXT, install_fake_library, line_of, write_user_module  # noqa: E402
 
 
@@ -84,22 +87,25 @@ def test_every_kind_has_a_rule_label_and_hint():
 
 
 @pytest.mark.parametrize("line, codes", [
-    ("x.item()", None),
-    ("x.item()  # noqa", frozenset()),
-    ("x.item()  # NOQA TL101", frozenset()),  # no colon: a blanket, as in ruff and flake8
+    ("x.item()", NO_NOQA),
+    ("x.item()  # noqa", ALL),
+    ("x.item()  # NOQA TL101", ALL),  # no colon: a blanket, as in ruff and flake8
     ("x.item()  # noqa: TL101", frozenset({"TL101"})),
+    ("x.item()  # noqa:  TL101", frozenset({"TL101"})),  # ruff reads any whitespace after the colon
+    ("x.item()  # noqa : TL101", frozenset({"TL101"})),
     ("x.item()  # noqa:TL101,TL201", frozenset({"TL101", "TL201"})),
     ("x.item()  # noqa: tl101 TL102  # type: ignore", frozenset({"TL101", "TL102"})),
 ])
-def test_noqa_codes(line, codes):
-    assert noqa_codes(line) == codes
+def test_the_sanitizer_reads_noqa_with_the_linter_s_parser(line, codes):
+    assert line_noqa(line) == codes
 
 
 def test_noqa_silences_only_its_rule():
-    assert is_silenced_by_noqa("x.item()  # noqa: TL101", "TL101")
-    assert not is_silenced_by_noqa("x.item()  # noqa: TL201", "TL101")
-    assert is_silenced_by_noqa("x.item()  # noqa", None)
-    assert not is_silenced_by_noqa("x.item()  # noqa: TL101", None)
+    assert line_suppresses("x.item()  # noqa: TL101", "TL101")
+    assert line_suppresses("x.item()  # noqa:  TL101", "TL101")
+    assert not line_suppresses("x.item()  # noqa:  TL201", "TL101")
+    assert line_suppresses("x.item()  # noqa", None)
+    assert not line_suppresses("x.item()  # noqa: TL101", None)
 
 
 # --- the hook and the site table ---------------------------------------------------
@@ -112,7 +118,8 @@ def test_sync_is_attributed_to_the_user_line_and_classified(tmp_path, lib):
             return fakecuda.read_back(x)[mask]  # MASK
     """)
     with sanitize(checks={"sync"}) as session:
-        model.forward(torch.ones(3), torch.ones(3, dtype=torch.bool))
+        for _ in range(5):
+            model.forward(torch.ones(3), torch.ones(3, dtype=torch.bool))
     [finding] = session.findings
     assert (finding.file, finding.line) == (model.__file__, line_of(model.__file__, "# MASK"))
     assert finding.function == "forward" and finding.rule == "TL103"
@@ -303,3 +310,99 @@ def test_sync_check_is_constructed_by_the_protocol():
     session = SanitizerSession(checks={"sync"})
     check = SyncCheck(session)
     assert check.name == "sync" and check.findings() == []
+
+
+# --- one-off and repeated sites --------------------------------------------------------
+
+def _check_module(tmp_path, name):
+    return write_user_module(tmp_path, name, """
+        import fakecuda
+
+        def final_read(x):
+            return fakecuda.read_back(x).item()  # FINAL
+
+        def save_checkpoint(state):
+            return fakecuda.read_back(state, times=12)  # SAVE: one call, a blocking copy per tensor
+
+        def compare(actual):
+            return fakecuda.call(fakecuda.read_back, actual)  # ASSERT_CLOSE
+
+        def per_iteration(x):
+            return fakecuda.read_back(x).item()  # LOOP
+
+        def from_a_generator(n):
+            for batch in fakecuda.batches(n):  # GENERATOR: the library syncs per batch
+                pass
+    """)
+
+
+def test_one_off_syncs_are_info_without_a_rule_and_a_loop_is_a_finding(tmp_path, lib):
+    model = _check_module(tmp_path, "model_oneoff")
+    with sanitize(checks={"sync"}) as session:
+        for _ in range(20):
+            model.per_iteration(torch.ones(1))
+        model.final_read(torch.ones(1))
+        model.save_checkpoint({"w": torch.ones(1)})
+        model.compare(torch.ones(1))
+    by_line = {f.line: f for f in session.findings}
+    loop = by_line[line_of(model.__file__, "# LOOP")]
+    assert loop.rule == "TL101" and loop.details["repeated"] is True and loop.details["runs"] == 20
+    assert loop.count == 20
+    for marker, count in (("# FINAL", 1), ("# SAVE", 12), ("# ASSERT_CLOSE", 1)):
+        finding = by_line[line_of(model.__file__, marker)]
+        assert finding.rule is None and finding.severity == "info", marker
+        assert finding.details["repeated"] is False and finding.details["runs"] == 1
+        assert finding.count == count and finding.message.startswith("one-off sync")
+        assert is_one_off(finding)
+    assert not is_one_off(loop)
+
+
+def test_min_count_is_the_boundary(tmp_path, lib):
+    model = _check_module(tmp_path, "model_mincount")
+    for runs, min_count, repeated in ((4, None, False), (5, None, True), (2, 2, True), (2, 3, False)):
+        session = SanitizerSession(checks={"sync"})
+        if min_count is not None:
+            session.sync_min_count = min_count
+        with session:
+            for _ in range(runs):
+                model.per_iteration(torch.ones(1))
+        [finding] = session.findings
+        assert finding.details["repeated"] is repeated, (runs, min_count)
+        assert (finding.rule == "TL101") is repeated
+
+
+def test_a_site_in_every_step_is_repeated_even_with_few_runs(tmp_path, lib):
+    model = _check_module(tmp_path, "model_everystep")
+    with sanitize(checks={"sync"}, warmup_steps=1) as session:
+        for _ in range(3):
+            model.per_iteration(torch.ones(1))
+            session.step()
+        model.final_read(torch.ones(1))  # after the last step: one run
+    by_line = {f.line: f for f in session.findings}
+    assert by_line[line_of(model.__file__, "# LOOP")].details["repeated"] is True
+    assert by_line[line_of(model.__file__, "# FINAL")].details["repeated"] is False
+
+
+def test_one_step_is_not_every_step(tmp_path, lib):
+    model = _check_module(tmp_path, "model_onestep")
+    with sanitize(checks={"sync"}) as session:
+        model.per_iteration(torch.ones(1))
+        session.step()
+    [finding] = session.findings
+    assert finding.details["every_step"] is True and finding.details["repeated"] is False
+
+
+def test_each_resumption_of_a_library_generator_is_a_run(tmp_path, lib):
+    model = _check_module(tmp_path, "model_generator")
+    with sanitize(checks={"sync"}) as session:
+        model.from_a_generator(6)
+    [finding] = session.findings
+    assert finding.details["runs"] == 6 and finding.details["repeated"] is True
+
+
+def test_stop_lets_go_of_the_held_callee_frames(tmp_path, lib):
+    model = _check_module(tmp_path, "model_release")
+    with sanitize(checks={"sync"}) as session:
+        model.save_checkpoint({"w": torch.ones(1)})
+    [check] = session._checks
+    assert all(site.callee is None for site in check._sites.values())
