@@ -21,6 +21,18 @@ other finding is reported). Findings
 travel to the controller in ``item.user_properties`` as compact JSON, so the
 summary and the run report also work under pytest-xdist.
 
+One-off syncs (a final read, a checkpoint save, an ``assert_close`` after
+the loop: a site that ran fewer than ``--gpu-sanitize-min-count`` times)
+stay in the JSON report as ``info`` and are left out of the summary and of
+``--gpu-sanitize-fail-on``. The summary groups findings by site across tests,
+like pytest's own warnings summary: one line per site with its count of
+tests, the top ``SUMMARY_SITES`` by stall time, all of them with ``-v``; the
+JSON report holds every finding and the same ``sites`` table.
+
+Under pytest-xdist on a machine with several GPUs, each worker gets one GPU
+(``gw0`` the first, ``gw1`` the second, and round robin past the last),
+through ``CUDA_VISIBLE_DEVICES`` set before the worker touches CUDA.
+
 Without a CUDA device the header says "no CUDA device: GPU sanitizer
 inactive" and the tests run normally. ``TORCHLINT_SANITIZER_FORCE=1`` starts
 the checks anyway (the CPU test-suite uses it; syncs then come only from
@@ -30,17 +42,18 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 
-from .findings import CHECKS, Finding, parse_checks
+from .findings import CHECKS, Finding, is_one_off, parse_checks
 
 PROPERTY = "gpu_sanitize"
 MEMORY_PROPERTY = "gpu_sanitize_memory"
 INACTIVE_LINE = "no CUDA device: GPU sanitizer inactive"
 _MARKER_KWARGS = {"checks", "fail_on", "enabled"}
 _TRUE = {"1", "true", "yes", "on"}
+SUMMARY_SITES = 10  # sites in the terminal summary without -v
 
 
 class _State:
@@ -50,6 +63,7 @@ class _State:
         self.checks = frozenset(CHECKS)
         self.fail_on: frozenset = frozenset()
         self.warmup_steps = 2
+        self.min_count: Optional[int] = None  # None: the sync check's default
         self.report_path: Optional[str] = None
         self.header = ""
         self.results: Dict[str, Dict[str, Any]] = {}
@@ -93,10 +107,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--gpu-sanitize-warmup-steps", default=None, type=int, dest="gpu_sanitize_warmup_steps", metavar="N",
         help="leave out the first N optimizer steps of each test (default 2)",
     )
+    group.addoption(
+        "--gpu-sanitize-min-count", default=None, type=int, dest="gpu_sanitize_min_count", metavar="N",
+        help="a sync site is a finding when its line ran at least N times in a test, or every step "
+             "(default 5); rarer syncs (a final read, an assert) are one-off: info in the JSON report only",
+    )
     parser.addini("gpu_sanitize", type="bool", default=False, help="run tests under the torchlint GPU sanitizer")
     parser.addini("gpu_sanitize_checks", type="string", default="", help="checks for the GPU sanitizer")
     parser.addini("gpu_sanitize_fail_on", type="string", default="", help="finding kinds that fail a test")
     parser.addini("gpu_sanitize_report", type="string", default="", help="path of the GPU sanitizer's JSON report")
+    parser.addini("gpu_sanitize_min_count", type="string", default="",
+                  help="runs of a sync site that make it a finding (default 5)")
 
 
 def _resolve(config: pytest.Config) -> _State:
@@ -126,6 +147,16 @@ def _resolve(config: pytest.Config) -> _State:
         if warmup < 0:
             raise pytest.UsageError("--gpu-sanitize-warmup-steps: must be >= 0")
         state.warmup_steps = warmup
+    min_count = config.getoption("gpu_sanitize_min_count")
+    if min_count is None and str(config.getini("gpu_sanitize_min_count")).strip():
+        text = str(config.getini("gpu_sanitize_min_count")).strip()
+        try:
+            min_count = int(text)
+        except ValueError:
+            raise pytest.UsageError(f"gpu_sanitize_min_count: not an integer: {text!r}") from None
+    if min_count is not None and min_count < 1:
+        raise pytest.UsageError("--gpu-sanitize-min-count: must be >= 1")
+    state.min_count = min_count
     report = config.getoption("gpu_sanitize_report") or config.getini("gpu_sanitize_report")
     state.report_path = str(report) if report else None
     return state
@@ -147,11 +178,41 @@ def pytest_configure(config: pytest.Config) -> None:
     frames.add_user_root(str(config.rootpath))
     frames.set_test_file_patterns(config.getini("python_files"))
     forced = os.environ.get("TORCHLINT_SANITIZER_FORCE", "").strip().lower() in _TRUE
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        _pin_worker_to_its_gpu(str(workerinput.get("workerid", "")))
     if _cuda_device_count() > 0 or forced:
         state.active = True
         state.header = _header(state, forced)
     else:
         state.header = INACTIVE_LINE
+
+
+def worker_device(worker_id: str, device_count: int) -> Optional[int]:
+    """The GPU index of xdist worker ``gwN``: N modulo the device count; None with fewer than two GPUs."""
+    if device_count < 2 or not worker_id.startswith("gw") or not worker_id[2:].isdigit():
+        return None
+    return int(worker_id[2:]) % device_count
+
+
+def _pin_worker_to_its_gpu(worker_id: str) -> None:
+    """One GPU per xdist worker: narrow ``CUDA_VISIBLE_DEVICES`` to the worker's device.
+
+    Done before the worker initializes CUDA (torch does not cache the device
+    count until then); if a conftest already initialized it, the worker's
+    current device is set instead.
+    """
+    index = worker_device(worker_id, _cuda_device_count())
+    if index is None:
+        return
+    import torch
+
+    if torch.cuda.is_initialized():
+        torch.cuda.set_device(index)
+        return
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+    names = [name.strip() for name in visible.split(",") if name.strip()] if visible else []
+    os.environ["CUDA_VISIBLE_DEVICES"] = names[index] if index < len(names) else str(index)
 
 
 def _header(state: _State, forced: bool) -> str:
@@ -171,6 +232,12 @@ def pytest_report_header(config: pytest.Config) -> Optional[List[str]]:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
+    state = config.stash.get(_STATE, None)
+    if state is not None and state.enabled:
+        from . import frames
+
+        for path in {str(item.path) for item in items}:
+            frames.add_user_file(path)  # a test's own frames are the user's, however it was laid out
     for item in items:
         marker = item.get_closest_marker("gpu_sanitize")
         if marker is not None:
@@ -247,6 +314,8 @@ def pytest_runtest_call(item: pytest.Item):
         fail_on=settings.get("fail_on", state.fail_on),
         test_id=item.nodeid,
     )
+    if state.min_count is not None:
+        session.sync_min_count = state.min_count
     session.start()
     try:
         result = yield
@@ -264,6 +333,67 @@ def pytest_runtest_call(item: pytest.Item):
         lines = "\n".join("  " + finding_line(f) for f in failing)
         pytest.fail(f"GPU sanitizer: {len(failing)} failing finding(s)\n{lines}", pytrace=False)
     return result
+
+
+def site_key(finding: Finding) -> Tuple[Any, ...]:
+    """What makes two tests' findings the same site: kind, place, and for syncs the sync kind."""
+    details = finding.details if isinstance(finding.details, dict) else {}
+    return (finding.kind, finding.file, finding.line, details.get("sync_kind"), finding.rule)
+
+
+def group_sites(results: Dict[str, Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """Findings grouped by site across tests, most failing first, then most time stalled, then most frequent.
+
+    Each site: kind, file, line, function, rule, sync_kind, severity (the
+    worst), one_off, count, runs, stall_ms (None when never timed), tests (how
+    many), test_ids, failing_tests, fix_hint, message (the first test's).
+    """
+    sites: Dict[Tuple[Any, ...], Dict[str, Any]] = {}
+    severity_rank = {"error": 0, "warning": 1, "info": 2}
+    for nodeid, result in results.items():
+        for entry in result["entries"]:
+            finding: Finding = entry["finding"]
+            details = finding.details if isinstance(finding.details, dict) else {}
+            site = sites.get(site_key(finding))
+            if site is None:
+                site = sites[site_key(finding)] = {
+                    "kind": finding.kind, "file": finding.file, "line": finding.line, "function": finding.function,
+                    "rule": finding.rule, "sync_kind": details.get("sync_kind"), "severity": finding.severity,
+                    "one_off": is_one_off(finding), "count": 0, "runs": 0, "stall_ms": None,
+                    "tests": 0, "test_ids": [], "failing_tests": 0,
+                    "fix_hint": finding.fix_hint, "message": finding.message,
+                }
+            if severity_rank.get(finding.severity, 3) < severity_rank.get(site["severity"], 3):
+                site["severity"] = finding.severity
+            site["count"] += finding.count
+            site["runs"] += int(details.get("runs", finding.count) or 0)
+            stall = details.get("stall_ms")
+            if isinstance(stall, (int, float)):
+                site["stall_ms"] = round((site["stall_ms"] or 0.0) + stall, 3)
+            if nodeid not in site["test_ids"]:
+                site["test_ids"].append(nodeid)
+                site["tests"] += 1
+            site["failing_tests"] += int(entry["failing"])
+    return sorted(sites.values(), key=lambda s: (
+        -s["failing_tests"], s["one_off"], -(s["stall_ms"] or 0.0), -s["count"], s["file"] or "", s["line"] or 0))
+
+
+def site_line(site: Dict[str, Any], root: Optional[str] = None) -> str:
+    """``path:line: sync item x340 in 17 tests, 120.5 ms stalled — hint [TL101]``."""
+    from .report import display_path
+
+    where = display_path(site["file"], root) + (f":{site['line']}" if site["line"] is not None else "")
+    what = f"sync {site['sync_kind'] or 'other'}" if site["kind"] == "sync" else site["kind"]
+    tests = f"in {site['tests']} test{'s' if site['tests'] != 1 else ''}"
+    parts = [f"{where}: {what} x{site['count']} {tests}"]
+    if site["kind"] == "sync":
+        stall = site["stall_ms"]
+        parts[0] += f", {stall:.1f} ms stalled" if stall is not None else ", stall not timed"
+    else:
+        parts.append(site["message"])
+    if site["fix_hint"]:
+        parts.append(site["fix_hint"])
+    return " — ".join(parts) + (f" [{site['rule']}]" if site["rule"] else "")
 
 
 class _Collector:
@@ -300,13 +430,16 @@ class _Collector:
         findings = [e["finding"] for r in self.results.values() for e in r["entries"]]
         tests = {
             nodeid: {"outcome": r["outcome"], "findings": len(r["entries"]),
+                     "one_off": sum(1 for e in r["entries"] if is_one_off(e["finding"])),
                      "failed_by_sanitizer": r["failed_by_sanitizer"]}
             for nodeid, r in self.results.items()
         }
         for nodeid, memory in self.memory.items():
             if nodeid in tests:
                 tests[nodeid]["memory"] = memory
-        return build_report(findings, checks=self.state.checks, tests=tests, fail_on=self.state.fail_on)
+        report = build_report(findings, checks=self.state.checks, tests=tests, fail_on=self.state.fail_on)
+        report["sites"] = group_sites(self.results)
+        return report
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
@@ -319,19 +452,36 @@ class _Collector:
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
         if not self.state.active or hasattr(config, "workerinput"):
             return
-        from .report import finding_line, rank
-
-        with_findings = {nodeid: r for nodeid, r in self.results.items() if r["entries"]}
+        sites = group_sites(self.results)
+        listed = [site for site in sites if not site["one_off"]]
+        one_off = [site for site in sites if site["one_off"]]
+        tests_listed = {nodeid for site in listed for nodeid in site["test_ids"]}
+        root = str(config.rootpath)
         terminalreporter.section("gpu-sanitize")
-        if not with_findings:
-            terminalreporter.write_line(f"no findings in {len(self.results)} sanitized test(s)")
-        for nodeid, result in with_findings.items():
-            entries = result["entries"]
-            flag = " FAILED by sanitizer" if result["failed_by_sanitizer"] else ""
-            terminalreporter.write_line(f"{nodeid}: {len(entries)} finding(s){flag}")
-            for finding in rank(e["finding"] for e in entries)[:10]:
-                terminalreporter.write_line("  " + finding_line(finding, str(config.rootpath)))
-            if len(entries) > 10:
-                terminalreporter.write_line(f"  ... and {len(entries) - 10} more")
+        sanitized = f"{len(self.results)} sanitized test{'s' if len(self.results) != 1 else ''}"
+        left_out = (f"; {sum(s['count'] for s in one_off)} one-off sync(s) at {len(one_off)} site(s) left out "
+                    f"(info in the JSON report)") if one_off else ""
+        if not listed:
+            terminalreporter.write_line(f"no findings in {sanitized}{left_out}")
+        else:
+            stalled = sum(site["stall_ms"] or 0.0 for site in listed)
+            terminalreporter.write_line(
+                f"{len(listed)} site(s) in {len(tests_listed)} of {sanitized}"
+                + (f", {stalled:.1f} ms stalled" if stalled else "") + left_out)
+        verbose = config.get_verbosity() > 0
+        shown = listed if verbose else listed[:SUMMARY_SITES]
+        for site in shown:
+            terminalreporter.write_line(site_line(site, root))
+            if verbose:
+                for nodeid in site["test_ids"]:
+                    terminalreporter.write_line(f"    {nodeid}")
+        if len(listed) > len(shown):
+            terminalreporter.write_line(
+                f"... and {len(listed) - len(shown)} more site(s): -v lists them all"
+                + ("" if self.state.report_path else ", --gpu-sanitize-report=PATH writes every finding"))
+        for nodeid, result in self.results.items():
+            if result["failed_by_sanitizer"]:
+                failing = sum(1 for e in result["entries"] if e["failing"])
+                terminalreporter.write_line(f"FAILED by sanitizer: {nodeid} ({failing} failing finding(s))")
         if self.state.report_path:
             terminalreporter.write_line(f"report written to {self.state.report_path}")

@@ -62,7 +62,7 @@ import importlib
 import threading
 from typing import Any, Dict, Iterable, Iterator, List, Optional
 
-from .findings import CHECKS, KINDS, Finding
+from .findings import CHECKS, KINDS, Finding, is_one_off
 
 CHECK_REGISTRY: Dict[str, str] = {
     "sync": "torchlint.sanitizer.sync:SyncCheck",
@@ -103,6 +103,8 @@ def parse_fail_on(text: str) -> frozenset:
 
 
 def finding_fails(finding: Finding, fail_on: Iterable[str]) -> bool:
+    if is_one_off(finding):
+        return False  # a final read or an assert after the loop is reported, never failed on
     for selector in fail_on:
         kind, _, cause = selector.partition(":")
         if finding.kind != kind:

@@ -6,7 +6,7 @@ import pytest
 
 from torchlint.sanitizer.findings import Finding, Frame
 from torchlint.sanitizer.pytest_plugin import INACTIVE_LINE, decode_findings, encode_findings
-from san_sync_helpers import LIBRARY_SOURCE
+from san_sync_helpers import write_distribution
 
 pytest_plugins = ["pytester"]
 
@@ -90,10 +90,8 @@ def test_env_turns_it_on_and_marker_kwargs_are_validated(project, monkeypatch):
 def planted(pytester, monkeypatch):
     """A project whose tests 'sync' through a fake library, with the checks forced on without CUDA."""
     monkeypatch.setenv("TORCHLINT_SANITIZER_FORCE", "1")
-    site = pytester.path / "site-packages" / "fakecuda"
-    site.mkdir(parents=True)
-    (site / "__init__.py").write_text(LIBRARY_SOURCE)
-    pytester.makeconftest("import os, sys\nsys.path.insert(0, os.path.join(os.path.dirname(__file__), 'site-packages'))\n")
+    write_distribution(pytester.path / "deps", "fakecuda")  # `pip install --target deps fakecuda`
+    pytester.makeconftest("import os, sys\nsys.path.insert(0, os.path.join(os.path.dirname(__file__), 'deps'))\n")
     pytester.makepyfile(model=textwrap.dedent("""
         import fakecuda
 
@@ -105,7 +103,7 @@ def planted(pytester, monkeypatch):
         import model
 
         def test_syncs():
-            for _ in range(3):
+            for _ in range(6):
                 model.train_step(1)
 
         def test_clean():
@@ -117,7 +115,8 @@ def planted(pytester, monkeypatch):
 
         @pytest.mark.gpu_sanitize(fail_on="none")
         def test_reported_only():
-            model.train_step(1)
+            for _ in range(5):
+                model.train_step(1)
     """))
     return pytester
 
@@ -130,22 +129,26 @@ def test_failing_kind_fails_the_test_and_is_summarised(planted):
         "gpu-sanitize: checks=sync fail-on=sync torch * on no CUDA device, forced on",
         "*GPU sanitizer: 1 failing finding(s)*",
         "*= gpu-sanitize =*",
-        "test_train.py::test_syncs: 1 finding(s) FAILED by sanitizer",
-        "  model.py:4: sync other x3, stall not timed*",
-        "test_train.py::test_reported_only: 1 finding(s)",
+        "1 site(s) in 2 of 3 sanitized tests",
+        "model.py:4: sync other x11 in 2 tests, stall not timed*",
+        "FAILED by sanitizer: test_train.py::test_syncs (1 failing finding(s))",
     ])
     report = json.loads((planted.path / "run.json").read_text())
-    assert report["tests"]["test_train.py::test_syncs"] == {"outcome": "failed", "findings": 1, "failed_by_sanitizer": True}
+    assert report["tests"]["test_train.py::test_syncs"] == {
+        "outcome": "failed", "findings": 1, "one_off": 0, "failed_by_sanitizer": True}
     assert report["tests"]["test_train.py::test_clean"]["findings"] == 0
     assert "test_train.py::test_not_sanitized" not in report["tests"]
     [first, second] = report["findings"]
-    assert first["test"] == "test_train.py::test_syncs" and first["count"] == 3 and first["line"] == 4
+    assert first["test"] == "test_train.py::test_syncs" and first["count"] == 6 and first["line"] == 4
+    [site] = report["sites"]
+    assert site["tests"] == 2 and site["count"] == 11 and site["failing_tests"] == 1 and site["rule"] is None
 
 
 def test_default_fail_on_reports_without_failing(planted):
     result = planted.runpytest_subprocess("--gpu-sanitize", "--gpu-sanitize-checks=sync")
     result.assert_outcomes(passed=4)
-    result.stdout.fnmatch_lines(["test_train.py::test_syncs: 1 finding(s)"])
+    result.stdout.fnmatch_lines(["model.py:4: sync other x11 in 2 tests*"])
+    assert "FAILED by sanitizer" not in result.stdout.str()
 
 
 def test_findings_travel_through_xdist_user_properties(planted):
@@ -153,7 +156,7 @@ def test_findings_travel_through_xdist_user_properties(planted):
     result = planted.runpytest_subprocess("-n", "2", "--gpu-sanitize", "--gpu-sanitize-checks=sync",
                                           "--gpu-sanitize-fail-on=sync", "--gpu-sanitize-report=run.json")
     result.assert_outcomes(passed=3, failed=1)
-    result.stdout.fnmatch_lines(["test_train.py::test_syncs: 1 finding(s) FAILED by sanitizer"])
+    result.stdout.fnmatch_lines(["FAILED by sanitizer: test_train.py::test_syncs (1 failing finding(s))"])
     report = json.loads((planted.path / "run.json").read_text())
     assert report["tests"]["test_train.py::test_syncs"]["failed_by_sanitizer"] is True
     assert len(report["findings"]) == 2
