@@ -174,3 +174,147 @@ def test_user_properties_round_trip():
     assert [d["failing"] for d in decoded] == [False, True]
     assert decoded[0]["finding"].stack == finding.stack[:3]
     assert decoded[0]["finding"].details == finding.details and decoded[1]["finding"] == other
+
+
+# --- a suite's summary: one-off syncs left out, sites grouped across tests ------------
+
+@pytest.fixture
+def suite(pytester, monkeypatch):
+    """Twelve repeated sites, a helper shared by three tests, and the one-off syncs every GPU test ends with."""
+    monkeypatch.setenv("TORCHLINT_SANITIZER_FORCE", "1")
+    write_distribution(pytester.path / "deps", "fakecuda")
+    pytester.makeconftest("import os, sys\nsys.path.insert(0, os.path.join(os.path.dirname(__file__), 'deps'))\n")
+    helpers = "\n".join(f"def site{i}(x):\n    return fakecuda.read_back(x)  # SITE{i}\n" for i in range(12))
+    pytester.makepyfile(model="import fakecuda\n\n" + helpers + textwrap.dedent("""
+        def evaluate(x):
+            return fakecuda.read_back(x)  # SHARED
+    """))
+    pytester.makepyfile(test_suite=textwrap.dedent("""
+        import fakecuda
+        import model
+
+        def test_many_sites():
+            for _ in range(5):
+                for i in range(12):
+                    getattr(model, f"site{i}")(1)
+
+        def test_loop_in_the_test():
+            for _ in range(20):
+                fakecuda.read_back(1)  # LOOP
+
+        def test_final_read():
+            total = 3
+            assert fakecuda.read_back(total) > 0  # FINAL
+
+        def test_checkpoint_save():
+            fakecuda.read_back({"w": 1}, times=12)  # SAVE
+
+        def test_assert_close():
+            fakecuda.call(fakecuda.read_back, 1)  # ASSERT_CLOSE
+
+        def test_shared_a():
+            for _ in range(5):
+                model.evaluate(1)
+
+        def test_shared_b():
+            for _ in range(5):
+                model.evaluate(1)
+
+        def test_shared_c():
+            for _ in range(6):
+                model.evaluate(1)
+    """))
+    return pytester
+
+
+def test_one_off_syncs_leave_no_summary_entry_and_sites_group_across_tests(suite):
+    result = suite.runpytest_subprocess("--gpu-sanitize", "--gpu-sanitize-checks=sync", "--gpu-sanitize-fail-on=sync",
+                                        "--gpu-sanitize-report=run.json")
+    result.assert_outcomes(passed=3, failed=5)  # the three one-off tests pass: fail-on never counts them
+    out = result.stdout.str()
+    section = out[out.index("= gpu-sanitize ="):]
+    for marker in ("FINAL", "SAVE", "ASSERT_CLOSE"):
+        assert f"test_suite.py:{_line(suite, 'test_suite.py', marker)}" not in section, marker
+    assert "test_final_read" not in section and "test_checkpoint_save" not in section
+    result.stdout.fnmatch_lines([
+        "14 site(s) in 5 of 8 sanitized tests; 14 one-off sync(s) at 3 site(s) left out (info in the JSON report)",
+        f"model.py:{_line(suite, 'model.py', 'SHARED')}: sync other x16 in 3 tests, stall not timed*",
+        "... and 4 more site(s): -v lists them all",
+    ])
+    assert f"test_suite.py:{_line(suite, 'test_suite.py', 'LOOP')}: sync other x20 in 1 test" in section
+    report = json.loads((suite.path / "run.json").read_text())
+    one_off = [f for f in report["findings"] if f["details"]["repeated"] is False]
+    assert sorted(f["line"] for f in one_off) == sorted(
+        _line(suite, "test_suite.py", m) for m in ("FINAL", "SAVE", "ASSERT_CLOSE"))
+    assert all(f["severity"] == "info" and f["rule"] is None for f in one_off)
+    assert report["tests"]["test_suite.py::test_final_read"]["one_off"] == 1
+    assert len(report["sites"]) == 17 and sum(s["one_off"] for s in report["sites"]) == 3
+
+
+def test_verbose_lists_every_site_with_its_tests_and_min_count_moves_the_boundary(suite):
+    result = suite.runpytest_subprocess("--gpu-sanitize", "--gpu-sanitize-checks=sync", "-v",
+                                        "--gpu-sanitize-min-count=1", "test_suite.py")
+    result.assert_outcomes(passed=8)
+    section = result.stdout.str()[result.stdout.str().index("= gpu-sanitize ="):]
+    assert "more site(s)" not in section and "left out" not in section
+    assert section.count("model.py:") == 13
+    result.stdout.fnmatch_lines([
+        f"model.py:{_line(suite, 'model.py', 'SHARED')}: sync other x16 in 3 tests*",
+        "    test_suite.py::test_shared_a", "    test_suite.py::test_shared_b", "    test_suite.py::test_shared_c",
+    ])
+    assert f"test_suite.py:{_line(suite, 'test_suite.py', 'FINAL')}: sync bool x1 in 1 test" in section
+
+
+def test_min_count_ini_key_and_bad_values(suite):
+    suite.makeini("[pytest]\ngpu_sanitize_min_count = 25\n")
+    result = suite.runpytest_subprocess("--gpu-sanitize", "--gpu-sanitize-checks=sync", "-k", "loop or shared")
+    result.stdout.fnmatch_lines(["no findings in 4 sanitized tests; 36 one-off sync(s) at 2 site(s) left out*"])
+    suite.makeini("[pytest]\ngpu_sanitize_min_count = often\n")
+    result = suite.runpytest_subprocess("--gpu-sanitize")
+    assert result.ret == 4
+    result.stderr.fnmatch_lines(["*gpu_sanitize_min_count: not an integer: 'often'*"])
+    result = suite.runpytest_subprocess("--gpu-sanitize", "--gpu-sanitize-min-count=0")
+    assert result.ret == 4
+
+
+def _line(pytester, name, marker):
+    for number, text in enumerate((pytester.path / name).read_text().splitlines(), 1):
+        if f"# {marker}" in text:
+            return number
+    raise AssertionError(marker)
+
+
+# --- one GPU per xdist worker -------------------------------------------------------------
+
+def test_worker_device_is_round_robin_and_off_below_two_gpus():
+    from torchlint.sanitizer.pytest_plugin import worker_device
+
+    assert [worker_device(f"gw{i}", 4) for i in range(6)] == [0, 1, 2, 3, 0, 1]
+    assert worker_device("gw3", 1) is None and worker_device("gw0", 0) is None
+    assert worker_device("master", 4) is None and worker_device("gwx", 4) is None
+
+
+@pytest.mark.parametrize("visible, expected", [(None, {"0", "1", "2"}), ("4,5,6,7", {"4", "5", "6"})])
+def test_each_xdist_worker_sees_its_own_gpu(pytester, monkeypatch, visible, expected):
+    pytest.importorskip("xdist")
+    monkeypatch.setenv("TORCHLINT_SANITIZER_FORCE", "1")
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    # A fake 4-GPU machine: the conftest loads before the plugin's pytest_configure, in every worker.
+    pytester.makeconftest("import torch\ntorch.cuda.device_count = lambda: 4\n")
+    pytester.makepyfile(test_where=textwrap.dedent("""
+        import os, time, pytest
+
+        @pytest.mark.parametrize("n", range(9))
+        def test_where(n):
+            time.sleep(0.05)
+            with open(f"seen-{os.environ['PYTEST_XDIST_WORKER']}.txt", "w") as handle:
+                handle.write(os.environ.get("CUDA_VISIBLE_DEVICES", "unset"))
+    """))
+    result = pytester.runpytest_subprocess("-n", "3", "--gpu-sanitize", "--gpu-sanitize-checks=sync")
+    result.assert_outcomes(passed=9)
+    seen = {path.stem[len("seen-"):]: path.read_text() for path in pytester.path.glob("seen-*.txt")}
+    assert set(seen.values()) == expected
+    assert all(seen[worker] == sorted(expected)[int(worker[2:])] for worker in seen)
