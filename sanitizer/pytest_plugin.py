@@ -313,9 +313,8 @@ def pytest_runtest_call(item: pytest.Item):
         warmup_steps=state.warmup_steps,
         fail_on=settings.get("fail_on", state.fail_on),
         test_id=item.nodeid,
+        sync_min_count=state.min_count,
     )
-    if state.min_count is not None:
-        session.sync_min_count = state.min_count
     session.start()
     try:
         result = yield

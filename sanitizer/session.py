@@ -155,6 +155,7 @@ class SanitizerSession:
         warmup_steps: int = DEFAULT_WARMUP_STEPS,
         fail_on: Iterable[str] = DEFAULT_FAIL_ON,
         test_id: Optional[str] = None,
+        sync_min_count: Optional[int] = None,
     ) -> None:
         checks = frozenset(checks)
         unknown = sorted(checks - set(CHECK_REGISTRY))
@@ -166,6 +167,7 @@ class SanitizerSession:
         self.warmup_steps = int(warmup_steps)
         self.fail_on = frozenset(fail_on)
         self.test_id = test_id
+        self.sync_min_count = sync_min_count  # runs that make a sync site repeated (None: sync.DEFAULT_MIN_COUNT)
         self.step_index = 0
         self.explicit_steps = False
         self.active = False
@@ -314,13 +316,15 @@ def sanitize(
     warmup_steps: int = DEFAULT_WARMUP_STEPS,
     fail_on: Iterable[str] = DEFAULT_FAIL_ON,
     test_id: Optional[str] = None,
+    sync_min_count: Optional[int] = None,
 ) -> Iterator[SanitizerSession]:
     """``with sanitize(checks={"sync"}) as session: ...``; read ``session.findings`` after."""
     if isinstance(checks, str):
         from .findings import parse_checks
 
         checks = parse_checks(checks)
-    session = SanitizerSession(checks=checks, warmup_steps=warmup_steps, fail_on=fail_on, test_id=test_id)
+    session = SanitizerSession(checks=checks, warmup_steps=warmup_steps, fail_on=fail_on, test_id=test_id,
+                               sync_min_count=sync_min_count)
     session.start()
     try:
         yield session

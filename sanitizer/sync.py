@@ -571,7 +571,7 @@ class SyncCheck:
 
     def findings(self) -> List[Finding]:
         session = self.session
-        min_count = getattr(session, "sync_min_count", None) or DEFAULT_MIN_COUNT
+        min_count = getattr(session, "sync_min_count", None) or DEFAULT_MIN_COUNT  # a test double may lack it
         completed = session.step_index
         stepped = completed > 0
         measured_steps = session.measured_steps()

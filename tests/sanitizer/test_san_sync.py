@@ -10,7 +10,6 @@ torch = pytest.importorskip("torch")
 
 from torchlint.sanitizer import allow_sync, frames, sanitize  # noqa: E402
 from torchlint.sanitizer.findings import is_one_off  # noqa: E402
-from torchlint.sanitizer.session import SanitizerSession  # noqa: E402
 from torchlint.noqa import ALL, NO_NOQA, line_noqa, line_suppresses  # noqa: E402
 from torchlint.sanitizer.sync import KINDS, SyncCheck, classify  # noqa: E402
 from san_sync_helpers import SYNC_TEXT, install_fake_library, line_of, write_user_module  # noqa: E402
@@ -360,10 +359,7 @@ def test_one_off_syncs_are_info_without_a_rule_and_a_loop_is_a_finding(tmp_path,
 def test_min_count_is_the_boundary(tmp_path, lib):
     model = _check_module(tmp_path, "model_mincount")
     for runs, min_count, repeated in ((4, None, False), (5, None, True), (2, 2, True), (2, 3, False)):
-        session = SanitizerSession(checks={"sync"})
-        if min_count is not None:
-            session.sync_min_count = min_count
-        with session:
+        with sanitize(checks={"sync"}, sync_min_count=min_count) as session:
             for _ in range(runs):
                 model.per_iteration(torch.ones(1))
         [finding] = session.findings

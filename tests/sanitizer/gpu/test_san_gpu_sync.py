@@ -50,7 +50,7 @@ def test_item_is_attributed_classified_and_timed():
     # waits for the device and would leave little for .item() to wait on.
     _busy(30)
     torch.cuda.synchronize()
-    with sanitize(checks={"sync"}) as session:
+    with sanitize(checks={"sync"}, sync_min_count=1) as session:
         _busy(30)
         x.sum().item(); line = _line()
     finding = _assert_site(session, line, "item")
@@ -87,7 +87,7 @@ def test_readback_kinds(kind, capsys):
 def test_dynamic_shape_kinds(kind):
     x = torch.randn(64, device="cuda")
     mask = x > 0
-    with sanitize(checks={"sync"}) as session:
+    with sanitize(checks={"sync"}, sync_min_count=1) as session:  # one sync per kind: every site is a finding
         if kind == "nonzero":
             x.nonzero(); line = _line()
         elif kind == "mask-index":
@@ -118,7 +118,7 @@ def test_mask_index_gets_timed_in_the_sampled_window():
 @pytest.mark.parametrize("kind", ["synchronize", "stream-sync", "event-sync", "empty-cache", "pageable-copy", "copy"])
 def test_blind_spots(kind):
     host = torch.randn(1 << 16)
-    with sanitize(checks={"sync"}) as session:
+    with sanitize(checks={"sync"}, sync_min_count=1) as session:
         _busy(10)
         if kind == "synchronize":
             torch.cuda.synchronize(); line = _line()
@@ -222,7 +222,8 @@ def test_pytest_plugin_end_to_end(pytester):
         f"--gpu-sanitize-report={report}", "test_planted.py",
     )
     result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines(["*gpu-sanitize: checks=sync*", "*gpu-sanitize*", "*test_planted.py:*: sync item x1/step*"])
+    result.stdout.fnmatch_lines(["*gpu-sanitize: checks=sync*", "*gpu-sanitize*",
+                                 "*test_planted.py:*: sync item x* in 1 test, * ms stalled*"])
     data = json.loads(report.read_text())
     assert data["tests"]["test_planted.py::test_syncs_every_step"]["failed_by_sanitizer"] is True
     assert data["tests"]["test_planted.py::test_clean"]["findings"] == 0
@@ -290,3 +291,88 @@ def test_runner_end_to_end(tmp_path):
     [finding] = [f for f in data["findings"] if f["kind"] == "sync"]
     assert finding["count"] == 4 and finding["details"]["every_step"] is True
     assert data["steps"] == {"completed": 6, "warmup": 2, "measured": 4, "source": "optimizer"}
+
+
+def test_one_off_reads_leave_no_summary_entry_and_a_per_iteration_item_does(pytester):
+    # The issue's report: the clean test's single final read was listed as a TL101 stall.
+    pytester.makepyfile(test_suite=textwrap.dedent("""
+        import io
+        import torch
+
+        def _train(steps, log):
+            torch.manual_seed(0)
+            model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1)).cuda()
+            opt = torch.optim.SGD(model.parameters(), lr=0.01)
+            x, y = torch.randn(64, 16, device="cuda"), torch.randn(64, 1, device="cuda")
+            total = torch.zeros((), device="cuda")
+            losses = []
+            for _ in range(steps):
+                loss = torch.nn.functional.mse_loss(model(x), y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                if log:
+                    losses.append(loss.item())  # PER_ITERATION
+                total += loss.detach()
+            return model, total, losses
+
+        def test_logs_every_iteration():
+            model, total, losses = _train(20, log=True)
+            assert len(losses) == 20
+
+        def test_final_read():
+            model, total, _ = _train(20, log=False)
+            assert total.item() > 0  # FINAL_READ
+
+        def test_checkpoint_save():
+            model, _, _ = _train(20, log=False)
+            buffer = io.BytesIO()
+            torch.save(model.state_dict(), buffer)  # CHECKPOINT
+            assert buffer.tell() > 0
+
+        def test_assert_close():
+            model, _, _ = _train(3, log=False)
+            out = model(torch.ones(4, 16, device="cuda"))
+            torch.testing.assert_close(out, out.clone())  # ASSERT_CLOSE
+    """))
+    report = pytester.path / "run.json"
+    result = pytester.runpytest_subprocess("--gpu-sanitize", "--gpu-sanitize-checks=sync",
+                                           f"--gpu-sanitize-report={report}", "test_suite.py")
+    result.assert_outcomes(passed=4)
+    source = (pytester.path / "test_suite.py").read_text().splitlines()
+    line = {marker: source.index(next(s for s in source if f"# {marker}" in s)) + 1
+            for marker in ("PER_ITERATION", "FINAL_READ", "CHECKPOINT", "ASSERT_CLOSE")}
+    section = result.stdout.str().split("= gpu-sanitize =")[1]
+    assert f"test_suite.py:{line['PER_ITERATION']}: sync item x" in section
+    for marker in ("FINAL_READ", "CHECKPOINT", "ASSERT_CLOSE"):
+        assert f"test_suite.py:{line[marker]}:" not in section, (marker, section)
+    data = json.loads(report.read_text())
+    one_off = {f["line"] for f in data["findings"] if f["details"]["repeated"] is False}
+    assert {line["FINAL_READ"], line["CHECKPOINT"], line["ASSERT_CLOSE"]} <= one_off
+    assert all(f["severity"] == "info" and f["rule"] is None
+               for f in data["findings"] if f["details"]["repeated"] is False)
+
+
+def test_a_target_install_attributes_a_real_item_to_the_test_line(tmp_path_factory, tmp_path):
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    try:
+        from target_install import install_target, run_pytest_from
+    finally:
+        sys.path.pop(0)
+    project = tmp_path / "project"
+    project.mkdir()
+    target = install_target(project / "_vendor", tmp_path_factory.mktemp("wheels"))
+    test_file = project / "test_target.py"
+    test_file.write_text(textwrap.dedent("""
+        import torch
+
+        def test_item_in_a_loop():
+            x = torch.ones(8, device="cuda")
+            for _ in range(10):
+                x.sum().item()  # ITEM
+    """))
+    done = run_pytest_from(target, project, "--gpu-sanitize", "--gpu-sanitize-checks=sync",
+                           "--gpu-sanitize-report=run.json", "test_target.py")
+    assert done.returncode == 0, done.stdout + done.stderr
+    [finding] = json.loads((project / "run.json").read_text())["findings"]
+    assert finding["file"] == str(test_file) and finding["line"] == 7 and finding["rule"] == "TL101"
