@@ -35,9 +35,12 @@ in this order:
    ``add_user_root``; without any, the current directory and the directory of
    a ``__main__`` script.
 7. Anything else inside ``sys.prefix``/``sys.base_prefix`` (a conda
-   environment's other folders) is not user code; anything imported through
-   a ``sys.path`` entry outside every user root is a library; the rest (a
-   script in some other folder) is user code.
+   environment's other folders) is not user code; the rest (a script in some
+   other folder, a helper module a test imports from elsewhere) is user code.
+   A checkout of a library put on ``PYTHONPATH`` without any metadata cannot
+   be told from the user's own code: ``add_user_root``'s absence does not
+   make it a library, so install it (or name the project with
+   ``add_user_root`` and keep the checkout outside).
 
 Test files (``test_*.py``, ``*_test.py``, ``conftest.py``) are user code, but
 ``user_stack`` attributes a sync to them only when a frame of the code under
@@ -275,8 +278,6 @@ def _decide(filename: str) -> str:
     if any(_under(path, root) for root in roots):
         return USER
     if any(_under(path, prefix) for prefix in _PREFIXES):
-        return LIBRARY
-    if entry is not None and not any(_under(entry, root) for root in roots):
         return LIBRARY
     return USER
 

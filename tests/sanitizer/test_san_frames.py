@@ -64,15 +64,16 @@ def test_an_installed_folder_inside_the_project_is_not_user_code(tmp_path, monke
 
 
 def test_no_folder_name_decides(tmp_path, monkeypatch):
-    # Modules imported from a folder outside the project without metadata (a checkout on
-    # PYTHONPATH) are libraries; a project folder named site-packages stays the user's.
-    outside = tmp_path / "elsewhere"
-    (outside / "vendored").mkdir(parents=True)
+    # A project folder named site-packages stays the user's; the same name with metadata is installed.
     project = tmp_path / "project"
     (project / "site-packages").mkdir(parents=True)
     frames.add_user_root(str(project))
-    monkeypatch.syspath_prepend(str(outside))
-    assert frames.origin_of(str(outside / "vendored" / "ops.py")) == frames.LIBRARY
+    monkeypatch.syspath_prepend(str(project / "site-packages"))
+    assert frames.origin_of(str(project / "site-packages" / "mine.py")) == frames.USER
+    write_distribution(project / "site-packages", "theirs", "")
+    frames.reset()
+    frames.add_user_root(str(project))
+    assert frames.origin_of(str(project / "site-packages" / "theirs" / "api.py")) == frames.LIBRARY
     assert frames.origin_of(str(project / "site-packages" / "mine.py")) == frames.USER
 
 
