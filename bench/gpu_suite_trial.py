@@ -68,7 +68,10 @@ def run_variant(name: str, paths: List[str], out: Path, sanitize: bool, pythonpa
     (out / f"{name}.txt").write_text(output)
     result: Dict[str, Any] = {"variant": name, "exit": code, "wall_s": round(wall, 1), "outcomes": _outcomes(output)}
     if sanitize and report.exists():
-        result.update(_from_report(json.loads(report.read_text())))
+        data = json.loads(report.read_text())
+        result.update(_from_report(data))
+        # The written trial suite alone: the same tests in every variant.
+        result["trial_only"] = _from_report(data, lambda nodeid: "gpu_suite_trial" in nodeid)
     return result
 
 
@@ -81,13 +84,13 @@ def _outcomes(output: str) -> Dict[str, int]:
     return counts
 
 
-def _from_report(report: Dict[str, Any]) -> Dict[str, Any]:
-    tests = report.get("tests", {})
-    findings = report.get("findings", [])
+def _from_report(report: Dict[str, Any], keep=lambda nodeid: True) -> Dict[str, Any]:
+    tests = {nodeid: entry for nodeid, entry in report.get("tests", {}).items() if keep(nodeid)}
+    findings = [f for f in report.get("findings", []) if f.get("test") in tests]
     one_off = [f for f in findings if f.get("kind") == "sync" and f.get("details", {}).get("repeated") is False]
     listed_findings = [f for f in findings if f not in one_off]
     if "sites" in report:  # a version that groups by site: listed = under a repeated site
-        listed_tests = {t for site in report["sites"] if not site.get("one_off") for t in site["test_ids"]}
+        listed_tests = {t for site in report["sites"] if not site.get("one_off") for t in site["test_ids"] if t in tests}
     else:  # the old summary: a block for every test with a finding
         listed_tests = {nodeid for nodeid, entry in tests.items() if entry.get("findings")}
     per_test = [sum(1 for f in listed_findings if f.get("test") == nodeid) for nodeid in tests]
@@ -102,8 +105,7 @@ def _from_report(report: Dict[str, Any]) -> Dict[str, Any]:
         "findings_per_sanitized_test": round(len(listed_findings) / max(len(tests), 1), 2),
         "findings_per_listed_test_median": statistics.median(per_listed) if per_listed else 0,
         "findings_per_listed_test_max": max(per_listed, default=0),
-        "summary_lines": len(report["sites"]) - sum(1 for s in report["sites"] if s.get("one_off"))
-        if "sites" in report else len(listed_tests) + len(listed_findings),
+        "summary_lines": len(sites) if "sites" in report else len(listed_tests) + len(listed_findings),
         "distinct_sites": len(sites),
         "failed_by_sanitizer": sum(1 for entry in tests.values() if entry.get("failed_by_sanitizer")),
     }
@@ -120,7 +122,12 @@ COLUMNS = [
 
 def table(results: List[Dict[str, Any]]) -> str:
     lines = ["| " + " | ".join(title for title, _ in COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    rows = list(results)
     for result in results:
+        if "trial_only" in result:
+            rows.append(dict(result["trial_only"], variant=f"{result['variant']} (trial tests only)",
+                             outcomes={}, wall_s="—"))
+    for result in rows:
         o = result["outcomes"]
         cells = []
         for title, key in COLUMNS:
@@ -148,15 +155,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     options = parser.parse_args(argv)
     options.out.mkdir(parents=True, exist_ok=True)
     paths = options.paths or [str(TRIAL), str(OWN_GPU_TESTS)]
-    results = [run_variant("plain", paths, options.out, False, None, options.timeout)]
-    results.append(run_variant("after", paths, options.out, True, None, options.timeout))
+    variants = [("plain", paths, False, None), ("after", paths, True, None)]
     if options.before_path:
         before_paths = [str(TRIAL), str(options.before_tests or OWN_GPU_TESTS)] if not options.paths else paths
-        results.append(run_variant("before", before_paths, options.out, True, options.before_path, options.timeout))
-    (options.out / "trial.json").write_text(json.dumps(results, indent=2))
-    text = table(results)
-    (options.out / "trial.md").write_text(text + "\n")
-    print(text)
+        variants.append(("before", before_paths, True, options.before_path))
+    results: List[Dict[str, Any]] = []
+    for name, variant_paths, sanitize, pythonpath in variants:
+        results.append(run_variant(name, variant_paths, options.out, sanitize, pythonpath, options.timeout))
+        # Written after every variant: a run cut short still leaves what it measured.
+        (options.out / "trial.json").write_text(json.dumps(results, indent=2))
+        (options.out / "trial.md").write_text(table(results) + "\n")
+    print(table(results))
     return 0
 
 
