@@ -18,7 +18,13 @@ JSON report, version 1 (stable: add fields, never rename or remove them)
                 "source": "optimizer" | "explicit" | "none"},   # script / library
       "tests": {"<nodeid>": {"outcome": "passed" | "failed" | "skipped",
                              "findings": int, "failed_by_sanitizer": bool,
+                             "one_off": int,              # of findings, the one-off syncs
                              "memory": {...} | absent}},  # pytest; memory: the test's summary
+      "sites": [{"kind": str, "file": str | null, "line": int | null, "function": str | null,
+                 "rule": str | null, "sync_kind": str | null, "severity": str, "one_off": bool,
+                 "count": int, "runs": int, "stall_ms": float | null, "tests": int,
+                 "test_ids": [str, ...], "failing_tests": int, "fix_hint": str, "message": str}, ...],
+                 # pytest only: findings grouped by site across tests, the summary's order
       # when the memory check ran (script / library runs):
       "memory": {"available": bool, "peak_allocated_bytes": int, "peak_reserved_bytes": int,
                  "peak_exact": bool, "reserved_unallocated_bytes": int, "slack": float,
@@ -63,6 +69,8 @@ A Finding (``Finding.to_json()``)::
      "via": "torch/_tensor_str.py:123 _str" | null,   # the torch frame below the user frame
      "in_test": bool,                    # attributed to a test file
      "user_frame": bool,                 # false: no user frame, attributed to the library frame
+     "runs": int,                        # executions of the line that synced (one call = one run)
+     "repeated": bool,                   # false: a one-off sync, severity info and rule null
      "tensor": {"shape": [...], "dtype": str, "device": str}}   # when a wrapper saw it
 
 The other kinds' ``details`` are documented by the memory and race checks.
