@@ -82,7 +82,7 @@ import os
 import sys
 from typing import Any, Dict, Iterable, List, Optional
 
-from .findings import KINDS, SEVERITIES, Finding
+from .findings import KINDS, SEVERITIES, Finding, is_one_off
 
 REPORT_VERSION = 1
 _AUTO = object()
@@ -269,8 +269,13 @@ def render_summary(
     root: Optional[str] = None,
     title: str = "torchlint sanitizer",
 ) -> str:
-    """A few lines a person reads in ten seconds: a headline, then the top sites."""
-    ranked = rank(findings)
+    """A few lines a person reads in ten seconds: a headline, then the top sites.
+
+    One-off syncs (``findings.is_one_off``) are counted, not listed: they stay in the JSON report."""
+    findings = list(findings)
+    ranked = rank(f for f in findings if not is_one_off(f))
+    one_off = len(findings) - len(ranked)
+    left_out = f" ({one_off} one-off sync{'s' if one_off != 1 else ''} in the JSON report)" if one_off else ""
     if steps is not None:
         if steps.get("completed"):
             scope = f"{steps['measured']} measured steps ({steps['warmup']} warm-up)"
@@ -280,7 +285,7 @@ def render_summary(
         scope = None
     if not ranked:
         head = f"{title}: no findings"
-        return head + (f" over {scope}" if scope else "")
+        return head + (f" over {scope}" if scope else "") + left_out
     by_kind: Dict[str, int] = {}
     for finding in ranked:
         by_kind[finding.kind] = by_kind.get(finding.kind, 0) + 1
@@ -291,7 +296,7 @@ def render_summary(
         head += f", {total_stall:.1f} ms stalled"
     if scope:
         head += f" over {scope}"
-    lines = [head]
+    lines = [head + left_out]
     for finding in ranked[:limit]:
         lines.append("  " + finding_line(finding, root))
     if len(ranked) > limit:

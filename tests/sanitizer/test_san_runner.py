@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from san_sync_helpers import LIBRARY_SOURCE
+from san_sync_helpers import write_distribution
 
 pytest.importorskip("torch")
 
@@ -24,9 +24,7 @@ def run(args, cwd, force=False):
 @pytest.fixture
 def scripts(tmp_path):
     (tmp_path / "helper.py").write_text("VALUE = 42\n")
-    site = tmp_path / "site-packages" / "fakecuda"
-    site.mkdir(parents=True)
-    (site / "__init__.py").write_text(LIBRARY_SOURCE)
+    write_distribution(tmp_path / "site-packages", "fakecuda")  # installed: metadata, not the folder name
     (tmp_path / "show.py").write_text(textwrap.dedent("""
         import json, sys
         import helper
@@ -40,7 +38,7 @@ def scripts(tmp_path):
         import os, sys
         sys.path.insert(0, os.path.join(os.path.dirname(__file__), "site-packages"))
         import fakecuda
-        for _ in range(3):
+        for _ in range(6):  # a repeated site (a one-off sync is info only)
             fakecuda.read_back(1)  # SYNC
     """))
     return tmp_path
@@ -73,11 +71,11 @@ def test_exit_codes_are_the_script_s(scripts):
 def test_strict_exits_3_on_failing_findings_and_writes_the_report(scripts):
     done = run(["--checks", "sync", "--strict", "--report-json", "out/r.json", "syncing.py"], cwd=scripts, force=True)
     assert done.returncode == 3, done.stderr
-    assert "syncing.py:6: sync other x3, stall not timed" in done.stderr
+    assert "syncing.py:6: sync other x6, stall not timed" in done.stderr
     report = json.loads((scripts / "out" / "r.json").read_text())
     assert report["version"] == 1 and report["steps"]["source"] == "none"
     [finding] = report["findings"]
-    assert finding["line"] == 6 and finding["count"] == 3 and finding["file"].endswith("syncing.py")
+    assert finding["line"] == 6 and finding["count"] == 6 and finding["file"].endswith("syncing.py")
 
 
 def test_without_strict_findings_do_not_change_the_exit_code(scripts):

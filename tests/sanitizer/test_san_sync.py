@@ -402,3 +402,17 @@ def test_stop_lets_go_of_the_held_callee_frames(tmp_path, lib):
         model.save_checkpoint({"w": torch.ones(1)})
     [check] = session._checks
     assert all(site.callee is None for site in check._sites.values())
+
+
+def test_a_script_summary_counts_one_off_syncs_without_listing_them(tmp_path, lib):
+    from torchlint.sanitizer.report import render_summary
+
+    model = _check_module(tmp_path, "model_script_summary")
+    with sanitize(checks={"sync"}) as session:
+        for _ in range(6):
+            model.per_iteration(torch.ones(1))
+        model.save_checkpoint({"w": torch.ones(1)})
+    text = render_summary(session.findings, steps=session.steps_summary())
+    assert "(1 one-off sync in the JSON report)" in text.splitlines()[0]
+    assert f":{line_of(model.__file__, '# LOOP')}: sync item" in text
+    assert f":{line_of(model.__file__, '# SAVE')}:" not in text
