@@ -142,11 +142,14 @@ def test_backward_reaches_every_parameter(name, device):
         assert torch.isfinite(param.grad).all(), pname
 
 
+def _eval_model(name, device):
+    model, kind = _model(name, device)
+    return model.eval(), _inputs(kind, device)
+
+
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_eval_is_deterministic_and_batch_independent(name, device):
-    model, kind = _model(name, device)
-    model.eval()
-    x = _inputs(kind, device)
+    model, x = _eval_model(name, device)
     with torch.no_grad():
         full = model(x)
         halves = torch.cat([model(x[:4]), model(x[4:])])
@@ -171,9 +174,7 @@ def test_training_smoke_loss_decreases(name, device):
 
 @pytest.mark.parametrize("name", ["tiny_resnet", "tiny_vit", "mlp"])
 def test_autocast_bf16_close_to_fp32(name, device):
-    model, kind = _model(name, device)
-    model.eval()
-    x = _inputs(kind, device)
+    model, x = _eval_model(name, device)
     with torch.no_grad():
         reference = model(x)
         with torch.autocast("cuda", dtype=torch.bfloat16):

@@ -211,19 +211,9 @@ def suite(pytester, monkeypatch):
 
         def test_assert_close():
             fakecuda.call(fakecuda.read_back, 1)  # ASSERT_CLOSE
-
-        def test_shared_a():
-            for _ in range(5):
-                model.evaluate(1)
-
-        def test_shared_b():
-            for _ in range(5):
-                model.evaluate(1)
-
-        def test_shared_c():
-            for _ in range(6):
-                model.evaluate(1)
-    """))
+    """) + "".join(  # one helper called by three tests
+        f"\ndef test_shared_{name}():\n    for _ in range({runs}):\n        model.evaluate(1)\n"
+        for name, runs in (("a", 5), ("b", 5), ("c", 6))))
     return pytester
 
 
