@@ -20,7 +20,9 @@ the other on the same GPU:
 Per variant: tests run and their outcomes, tests listed in the
 ``gpu-sanitize`` summary, findings per sanitized test (listed ones, and the
 one-off syncs the after variant keeps in the JSON report only), and the wall
-time of the whole pytest process. Writes ``trial.json``, ``trial.md``, each
+time of the whole pytest process, and the time pytest's ``--durations``
+gives the written trial tests alone (the project's GPU tests spend most of
+theirs in subprocesses that the outer sanitizer does not enter). Writes ``trial.json``, ``trial.md``, each
 variant's JSON report and terminal output to ``--out``; prints the table.
 
 "Listed" follows each version's own summary: before, every test with a
@@ -49,7 +51,8 @@ OWN_GPU_TESTS = ROOT / "tests" / "sanitizer" / "gpu"
 def run_variant(name: str, paths: List[str], out: Path, sanitize: bool, pythonpath: Optional[str],
                 timeout: float) -> Dict[str, Any]:
     report = out / f"{name}.json"
-    args = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rN", *paths]
+    args = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rN", "--durations=0",
+            "--durations-min=0", *paths]
     if sanitize:
         args += ["--gpu-sanitize", f"--gpu-sanitize-report={report}"]
     env = dict(os.environ)
@@ -66,7 +69,8 @@ def run_variant(name: str, paths: List[str], out: Path, sanitize: bool, pythonpa
         code = "timeout"
     wall = time.perf_counter() - start
     (out / f"{name}.txt").write_text(output)
-    result: Dict[str, Any] = {"variant": name, "exit": code, "wall_s": round(wall, 1), "outcomes": _outcomes(output)}
+    result: Dict[str, Any] = {"variant": name, "exit": code, "wall_s": round(wall, 1), "outcomes": _outcomes(output),
+                              "trial_tests_s": _phase_seconds(output, "gpu_suite_trial")}
     if sanitize and report.exists():
         data = json.loads(report.read_text())
         result.update(_from_report(data))
@@ -82,6 +86,15 @@ def _outcomes(output: str) -> Dict[str, int]:
         for number, word in re.findall(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed)", tail[-1]):
             counts[word.rstrip("s") if word.startswith("error") else word] = int(number)
     return counts
+
+
+_DURATION = re.compile(r"^\s*([0-9.]+)s (setup|call|teardown)\s+(\S+)")
+
+
+def _phase_seconds(output: str, marker: str) -> float:
+    """Seconds pytest's ``--durations=0`` gives the tests whose node id holds ``marker`` (all phases)."""
+    return round(sum(float(m.group(1)) for m in map(_DURATION.match, output.splitlines())
+                     if m and marker in m.group(3)), 2)
 
 
 def _from_report(report: Dict[str, Any], keep=lambda nodeid: True) -> Dict[str, Any]:
@@ -116,7 +129,7 @@ COLUMNS = [
     ("tests listed", "tests_listed"), ("findings listed", "findings_listed"),
     ("per sanitized test", "findings_per_sanitized_test"), ("median per listed test", "findings_per_listed_test_median"),
     ("max per test", "findings_per_listed_test_max"), ("one-off (JSON only)", "findings_one_off"),
-    ("summary lines", "summary_lines"), ("wall s", "wall_s"),
+    ("summary lines", "summary_lines"), ("wall s", "wall_s"), ("trial tests s", "trial_tests_s"),
 ]
 
 
@@ -142,6 +155,9 @@ def table(results: List[Dict[str, Any]]) -> str:
         for result in results:
             if result["variant"] != "plain":
                 lines.append(f"\n{result['variant']}: wall time {result['wall_s'] / plain['wall_s']:.2f}x the plain run")
+                if plain.get("trial_tests_s") and result.get("trial_tests_s"):
+                    lines.append(f"{result['variant']}: the trial tests' own time (pytest --durations) "
+                                 f"{result['trial_tests_s'] / plain['trial_tests_s']:.2f}x the plain run")
     return "\n".join(lines)
 
 
