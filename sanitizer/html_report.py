@@ -304,7 +304,8 @@ def _rule_texts(codes: Sequence[str]) -> str:
         rule = rules.get(code)
         if rule is None:
             continue
-        out.append(f'<section id="rule-{_e(code)}"><h3>{_e(code)} {_e(rule.name)}</h3><pre>{_e(rule.doc())}</pre></section>')
+        out.append(f'<details id="rule-{_e(code)}" class="rule-text"><summary><b>{_e(code)}</b> {_e(rule.name)}: '
+                   f'{_e(rule.summary)}</summary><pre>{_e(rule.doc())}</pre></details>')
     return "\n".join(out)
 
 
