@@ -325,8 +325,12 @@ def render(reports: Sequence[Dict[str, Any]]) -> str:
         options = "".join(f'<option value="{_e(rank)}">rank {_e(rank)}</option>' for rank in ranks)
         rank_filter = (f'<p><label>Rank: <select id="rank-filter"><option value="all">all ranks</option>'
                        f'{options}</select></label></p><script>{_SCRIPT}</script>')
-    no_timeline = "" if all(r.get("timeline") for r in reports) else (
-        '<p class="none">This report has no timeline (an older torchlint wrote it): the charts are empty.</p>')
+    no_timeline = ""
+    if any("tests" in r for r in reports):
+        no_timeline = ('<p class="none">A pytest run sanitizes each test on its own: the per-site tables cover the '
+                       'whole run; the charts need a script run (torchlint-sanitize) or session.write_html().</p>')
+    elif not all(r.get("timeline") for r in reports):
+        no_timeline = '<p class="none">This report has no timeline (an older torchlint wrote it): the charts are empty.</p>'
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>torchlint sanitizer report</title>'
             f'<style>{_STYLE}</style></head><body><h1>torchlint sanitizer report</h1><p id="headline">{_e(headline)}</p>'
             f'{rank_filter}<h2>The run</h2>{_facts(reports, ranks)}{no_timeline}'

@@ -179,6 +179,11 @@ def main(argv: Optional[List[str]] = None, prog: str = "torchlint-sanitize") -> 
     findings = session.findings
     steps = session.steps_summary()
     print(render_summary(findings, steps, limit=options.limit, title=prog), file=sys.stderr)
+    from torchlint.runtime_join import closing_hint
+
+    hint = closing_hint([finding.to_json() for finding in findings])
+    if hint:
+        print(f"{prog}: {hint}", file=sys.stderr)
     report = session.report() if (options.report_json or options.report_html or options.trace) else None
     if options.report_json:
         write_report(options.report_json, report)

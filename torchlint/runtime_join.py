@@ -240,3 +240,15 @@ def fix_command(findings: Sequence[Dict[str, Any]], cwd: Optional[str] = None) -
     fix_files = sorted({d.path for d in fixes})
     command = ["torchlint", "--fix"] + (["--unsafe-fixes"] if unsafe else []) + ["--select", ",".join(fix_codes)] + fix_files
     return " ".join(shlex.quote(part) for part in command)
+
+
+def closing_hint(findings: Sequence[Dict[str, Any]], cwd: Optional[str] = None) -> Optional[str]:
+    """The last line of the sanitizer's summary: ``fix what it found: torchlint --fix ...``, or None.
+
+    Never raises: a run's summary must not fail because the lint of its files did.
+    """
+    try:
+        command = fix_command(findings, cwd)
+    except Exception:
+        return None
+    return f"fix what it found: {command}" if command else None
