@@ -381,12 +381,14 @@ class MemoryCheck:
 
     def on_step(self, step: int) -> None:
         self._last_step = step
+        if self._clock() >= self._next_sample_at:
+            taken = self._samples
+            self._sample(step)
+            if self._samples > taken:
+                return  # that sample fed the timeline too
         timeline = _timeline.of(self.session)
         if timeline is not None and timeline.memory_sample_due():
             self._timeline_sample(timeline, step)
-        if self._clock() < self._next_sample_at:
-            return
-        self._sample(step)
 
     def _timeline_sample(self, timeline: Any, step: int) -> None:
         """Allocated/reserved for the run's memory chart: the raw stats call only (~8 µs)."""
