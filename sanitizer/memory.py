@@ -569,7 +569,8 @@ class MemoryCheck:
         if timeline is not None:
             top = self._ooms[-1].stack[:1]
             if stats is not None:
-                timeline.memory(stats.allocated, stats.reserved, stats.segments, self._last_step)
+                timeline.memory(stats.allocated, stats.reserved, stats.segments, self._last_step,
+                                (top[0].file, top[0].line) if top else None)
             timeline.oom(alloc, top[0].file if top else None, top[0].line if top else None, self._last_step)
 
     def _oom_verdict(self, event: _OomEvent) -> Tuple[frag.OomVerdict, Optional[frag.SnapshotMetrics]]:

@@ -168,7 +168,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "convert":
-            write_trace(args.output, _load(args.report))
+            report = _load(args.report)
+            try:
+                trace = trace_events(report)
+            except ValueError as error:
+                raise ValueError(f"{args.report}: {error}") from None
+            _write_json(args.output, trace)
         else:
             _write_json(args.output, merge([_load(path) for path in args.traces]))
     except ValueError as error:
