@@ -252,7 +252,8 @@ def _tables(reports: Sequence[Dict[str, Any]], ranks: Sequence[str]) -> Tuple[st
                    '<th>host wait</th><th>rule</th><th>fix</th></tr>')
         for f in syncs:
             stall = f["details"].get("stall_ms")
-            out.append(f'<tr class="site-row" data-rank="{_e(f["_rank"])}"><td><code>{_e(_where(f["file"], f["line"]))}</code> '
+            out.append(f'<tr class="site-row" data-rank="{_e(f["_rank"])}" data-host-wait-ms="{stall or 0}">'
+                       f'<td><code>{_e(_where(f["file"], f["line"]))}</code> '
                        f'{_e(f["function"] or "")}</td><td>{_e(f["details"].get("sync_kind"))}</td><td>{f["count"]}</td>'
                        f'<td>{_e(f["details"].get("per_step"))}</td><td>{"not timed" if stall is None else f"{stall:.2f} ms"}</td>'
                        f'<td>{_rule_link(f.get("rule"))}</td><td>{_e(f["fix_hint"])}</td></tr>')
