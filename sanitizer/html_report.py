@@ -103,27 +103,82 @@ def _facts(reports: Sequence[Dict[str, Any]], ranks: Sequence[str]) -> str:
 
 
 class _Scale:
-    def __init__(self, duration: float, left: int = 60, right: int = 20) -> None:
+    """Time to x, with long stretches where nothing was recorded cut short.
+
+    A run often spends seconds in CUDA start-up or a first step's lazy
+    kernel loading and then does everything worth seeing in a fraction of a
+    second; a linear axis would squeeze the whole story into one pixel. A gap
+    longer than ``GAP_SHARE`` of the run with no event gets ``GAP_PX`` pixels
+    and a marked break ("3.96 s without events").
+    """
+
+    GAP_SHARE = 0.1
+    GAP_PX = 36
+
+    def __init__(self, duration: float, times: Iterable[float] = (), left: int = 60, right: int = 20) -> None:
         self.duration = max(duration, 1e-6)
         self.left, self.span = left, WIDTH - left - right
+        points = sorted({0.0, self.duration, *(min(max(t, 0.0), self.duration) for t in times)})
+        self.gaps = [(a, b) for a, b in zip(points, points[1:]) if b - a > self.GAP_SHARE * self.duration]
+        kept = self.duration - sum(b - a for a, b in self.gaps)
+        self.per_second = (self.span - self.GAP_PX * len(self.gaps)) / max(kept, 1e-9)
 
     def x(self, t: float) -> float:
-        return round(self.left + self.span * min(max(t, 0.0), self.duration) / self.duration, 2)
+        t = min(max(t, 0.0), self.duration)
+        position = self.left + t * self.per_second
+        for a, b in self.gaps:
+            if t <= a:
+                break
+            inside = min(t, b) - a
+            position += (self.GAP_PX * inside / (b - a)) - inside * self.per_second
+        return round(position, 2)
+
+    def breaks(self, top: int, bottom: int) -> str:
+        out = []
+        for a, b in self.gaps:
+            x0, x1 = self.x(a), self.x(b)
+            out.append(f'<g class="axis-break"><rect x="{x0 + 4}" y="{top}" width="{max(x1 - x0 - 8, 1)}" '
+                       f'height="{bottom - top}" fill="#fff" stroke="#bbc" stroke-dasharray="3 3"/>'
+                       f'<text class="axis" x="{(x0 + x1) / 2}" y="{top + 12}" text-anchor="middle">⋯</text>'
+                       f'<title>{b - a:.2f} s without events (cut short)</title></g>')
+        return "".join(out)
 
     def ticks(self, y: int) -> str:
-        out = []
-        for i in range(6):
-            t = self.duration * i / 5
-            out.append(f'<text class="axis" x="{self.x(t)}" y="{y}" text-anchor="middle">{t:.2f} s</text>')
+        marks = {0.0, self.duration}
+        edges = [0.0] + [t for gap in self.gaps for t in gap] + [self.duration]
+        for a, b in zip(edges[::2], edges[1::2]):
+            marks.update(a + (b - a) * i / 4 for i in range(5) if (self.x(b) - self.x(a)) > 160 or i in (0, 4))
+        out, last = [], -1e9
+        for t in sorted(marks):
+            x = self.x(t)
+            if x - last < 55:
+                continue
+            last = x
+            out.append(f'<text class="axis" x="{x}" y="{y}" text-anchor="middle">{t:.3f} s</text>')
         return "".join(out)
 
 
-def _timeline_svg(reports: Sequence[Dict[str, Any]], ranks: Sequence[str]) -> str:
+def _event_times(reports: Sequence[Dict[str, Any]]) -> List[float]:
+    times: List[float] = []
+    for report in reports:
+        timeline = report.get("timeline") or {}
+        times.extend(timeline.get("steps", []))
+        for name in ("syncs", "memory", "segments", "snapshots", "ooms", "races", "launches"):
+            times.extend(row[0] for row in timeline.get(name, []))
+    return times
+
+
+def _shared_scale(reports: Sequence[Dict[str, Any]]) -> "_Scale":
     duration = max(((r.get("timeline") or {}).get("clock") or {}).get("duration_s") or 0.0 for r in reports)
-    scale = _Scale(duration)
+    return _Scale(duration, _event_times(reports))
+
+
+def _timeline_svg(reports: Sequence[Dict[str, Any]], ranks: Sequence[str]) -> str:
+    scale = _shared_scale(reports)
     lane_height = 86
     height = lane_height * len(reports) + 30
-    parts = [f'<svg id="timeline" width="{WIDTH}" height="{height}" role="img" aria-label="timeline of the run">']
+    parts = [f'<svg id="timeline" width="{WIDTH}" height="{height}" role="img" aria-label="timeline of the run">',
+             scale.breaks(2, height - 20)]
     for lane, (report, rank) in enumerate(zip(reports, ranks)):
         timeline = report.get("timeline") or {}
         top = lane * lane_height + 6
@@ -156,13 +211,13 @@ def _timeline_svg(reports: Sequence[Dict[str, Any]], ranks: Sequence[str]) -> st
     parts.append(scale.ticks(height - 6) + "</svg>")
     legend = ('<p class="legend">Shaded bands are steps; <span style="color:#e07b00">●</span> a sync, its area '
               'the time the host waited; <span style="color:#c81e1e">▲</span> a race; '
-              '<span style="color:#7a00c8">■</span> an OOM. Hover a mark for its line.</p>')
+              '<span style="color:#7a00c8">■</span> an OOM. Hover a mark for its line; a dashed box is a stretch '
+              'without events, cut short.</p>')
     return "".join(parts) + legend
 
 
 def _memory_svg(reports: Sequence[Dict[str, Any]], ranks: Sequence[str]) -> str:
-    duration = max(((r.get("timeline") or {}).get("clock") or {}).get("duration_s") or 0.0 for r in reports)
-    scale = _Scale(duration)
+    scale = _shared_scale(reports)
     height, top, bottom = 260, 14, 230
     peak = 1
     for report in reports:
@@ -175,7 +230,8 @@ def _memory_svg(reports: Sequence[Dict[str, Any]], ranks: Sequence[str]) -> str:
     def y(nbytes: float) -> float:
         return round(bottom - (bottom - top) * nbytes / peak, 2)
 
-    parts = [f'<svg id="memory-chart" width="{WIDTH}" height="{height}" role="img" aria-label="GPU memory over the run">']
+    parts = [f'<svg id="memory-chart" width="{WIDTH}" height="{height}" role="img" aria-label="GPU memory over the run">',
+             scale.breaks(top - 8, bottom + 14)]
     for i in range(5):
         value = peak * i / 4
         parts.append(f'<text class="axis" x="4" y="{y(value) + 4}">{value / MiB:,.0f} MiB</text>')
