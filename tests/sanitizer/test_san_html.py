@@ -138,3 +138,25 @@ def test_the_runner_writes_the_page_and_the_trace(tmp_path):
     assert len(_with_class(_tags((tmp_path / "r.html").read_text()), "step")) == 3
     trace = json.loads((tmp_path / "t.json").read_text())
     assert len([e for e in trace["traceEvents"] if e.get("cat") == "step"]) == 3
+
+
+pytest_plugins = ["pytester"]
+
+
+def test_pytest_writes_the_page_of_the_whole_run(pytester, monkeypatch):
+    pytest.importorskip("torch")
+    from san_sync_helpers import LIBRARY_SOURCE
+
+    monkeypatch.setenv("TORCHLINT_SANITIZER_FORCE", "1")
+    site = pytester.path / "site-packages" / "fakecuda"
+    site.mkdir(parents=True)
+    (site / "__init__.py").write_text(LIBRARY_SOURCE)
+    pytester.makeconftest("import os, sys\nsys.path.insert(0, os.path.join(os.path.dirname(__file__), 'site-packages'))\n")
+    pytester.makepyfile(model="import fakecuda\n\ndef step(x):\n    return fakecuda.read_back(x)  # SYNC\n")
+    pytester.makepyfile(test_train="import model\n\ndef test_syncs():\n    for _ in range(3):\n        model.step(1)\n")
+    result = pytester.runpytest_subprocess("--gpu-sanitize", "--gpu-sanitize-checks=sync", "--gpu-sanitize-html=out/run.html")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["HTML report written to out/run.html"])
+    page = (pytester.path / "out" / "run.html").read_text()
+    rows = _with_class(_tags(page), "site-row")
+    assert len(rows) == 1 and "model.py:4" in page and "1 tests" in page
