@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import html
-import json
 import math
 import os
 import sys
@@ -302,42 +301,43 @@ def _tables(reports: Sequence[Dict[str, Any]], ranks: Sequence[str]) -> Tuple[st
                 rules.append(finding["rule"])
     syncs.sort(key=lambda f: -(f["details"].get("stall_ms") or 0.0))
     memory.sort(key=lambda f: -_memory_cost(f))
-    out = ['<h2>Sync stalls, by total host wait</h2>']
-    if syncs:
-        out.append('<table id="sync-table"><tr><th>site</th><th>kind</th><th>count</th><th>per step</th>'
-                   '<th>host wait</th><th>rule</th><th>fix</th></tr>')
-        for f in syncs:
-            stall = f["details"].get("stall_ms")
-            out.append(f'<tr class="site-row" data-rank="{_e(f["_rank"])}" data-host-wait-ms="{stall or 0}">'
-                       f'<td><code>{_e(_where(f["file"], f["line"]))}</code> '
-                       f'{_e(f["function"] or "")}</td><td>{_e(f["details"].get("sync_kind"))}</td><td>{f["count"]}</td>'
-                       f'<td>{_e(f["details"].get("per_step"))}</td><td>{"not timed" if stall is None else f"{stall:.2f} ms"}</td>'
-                       f'<td>{_rule_link(f.get("rule"))}</td><td>{_e(f["fix_hint"])}</td></tr>')
-        out.append("</table>")
-    else:
-        out.append('<p class="none" id="sync-table">No sync stalls.</p>')
-    out.append('<h2>Memory, by peak contribution</h2>')
-    if memory:
-        out.append('<table id="memory-table"><tr><th>finding</th><th>where</th><th>bytes</th><th>what happened</th><th>fix</th></tr>')
-        for f in memory:
-            out.append(f'<tr class="site-row" data-rank="{_e(f["_rank"])}"><td>{_e(f["kind"])}</td><td><code>{_e(_where(f["file"], f["line"]))}</code></td>'
-                       f'<td>{_mib(_memory_cost(f))}</td><td>{_e(f["message"])}</td><td>{_e(f["fix_hint"])}</td></tr>')
-        out.append("</table>")
-    else:
-        out.append('<p class="none" id="memory-table">No memory findings.</p>')
-    out.append('<h2>Races</h2>')
-    if races:
-        out.append('<table id="race-table"><tr><th>race</th><th>first access</th><th>second access</th><th>fix</th></tr>')
-        for f in races:
-            first, second = f["details"].get("first") or {}, f["details"].get("second") or {}
-            out.append(f'<tr class="site-row" data-rank="{_e(f["_rank"])}"><td>{_e(f["message"])}</td>'
-                       f'<td>{_e(first.get("mode"))} by {_e(first.get("op"))} on {_e(first.get("stream"))}<br>{_stack(first.get("stack", []))}</td>'
-                       f'<td>{_e(second.get("mode"))} by {_e(second.get("op"))} on {_e(second.get("stream"))}<br>{_stack(second.get("stack", []))}</td>'
-                       f'<td>{_e(f["fix_hint"])}</td></tr>')
-        out.append("</table>")
-    else:
-        out.append('<p class="none" id="race-table">No races.</p>')
+    sync_rows = []
+    for f in syncs:
+        stall = f["details"].get("stall_ms")
+        sync_rows.append(
+            f'<tr class="site-row" data-rank="{_e(f["_rank"])}" data-host-wait-ms="{stall or 0}">'
+            f'<td><code>{_e(_where(f["file"], f["line"]))}</code> {_e(f["function"] or "")}</td>'
+            f'<td>{_e(f["details"].get("sync_kind"))}</td><td>{f["count"]}</td><td>{_e(f["details"].get("per_step"))}</td>'
+            f'<td>{"not timed" if stall is None else f"{stall:.2f} ms"}</td>'
+            f'<td>{_rule_link(f.get("rule"))}</td><td>{_e(f["fix_hint"])}</td></tr>')
+    memory_rows = [
+        f'<tr class="site-row" data-rank="{_e(f["_rank"])}"><td>{_e(f["kind"])}</td>'
+        f'<td><code>{_e(_where(f["file"], f["line"]))}</code></td><td>{_mib(_memory_cost(f))}</td>'
+        f'<td>{_e(f["message"])}</td><td>{_e(f["fix_hint"])}</td></tr>' for f in memory]
+    race_rows = [
+        f'<tr class="site-row" data-rank="{_e(f["_rank"])}"><td>{_e(f["message"])}</td>'
+        f'<td>{_access(f["details"].get("first") or {})}</td><td>{_access(f["details"].get("second") or {})}</td>'
+        f'<td>{_e(f["fix_hint"])}</td></tr>' for f in races]
+    out = [
+        _table("Sync stalls, by total host wait", "sync-table",
+               ("site", "kind", "count", "per step", "host wait", "rule", "fix"), sync_rows, "No sync stalls."),
+        _table("Memory, by peak contribution", "memory-table",
+               ("finding", "where", "bytes", "what happened", "fix"), memory_rows, "No memory findings."),
+        _table("Races", "race-table", ("race", "first access", "second access", "fix"), race_rows, "No races."),
+    ]
     return "\n".join(out), rules
+
+
+def _access(access: Dict[str, Any]) -> str:
+    return (f'{_e(access.get("mode"))} by {_e(access.get("op"))} on {_e(access.get("stream"))}<br>'
+            f'{_stack(access.get("stack", []))}')
+
+
+def _table(title: str, table_id: str, headers: Sequence[str], rows: List[str], empty: str) -> str:
+    if not rows:
+        return f'<h2>{_e(title)}</h2><p class="none" id="{table_id}">{_e(empty)}</p>'
+    head = "".join(f"<th>{_e(h)}</th>" for h in headers)
+    return f'<h2>{_e(title)}</h2><table id="{table_id}"><tr>{head}</tr>{"".join(rows)}</table>'
 
 
 def _memory_cost(finding: Dict[str, Any]) -> int:
@@ -411,14 +411,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("reports", nargs="+")
     parser.add_argument("-o", "--output", required=True)
     args = parser.parse_args(argv)
-    loaded = []
-    for path in args.reports:
-        try:
-            with open(path, encoding="utf-8") as handle:
-                loaded.append(json.load(handle))
-        except (OSError, json.JSONDecodeError) as error:
-            print(f"{parser.prog}: error: {path}: {error}", file=sys.stderr)
-            return 2
+    from torchlint.runtime_join import read_json_object
+
+    try:
+        loaded = [read_json_object(path) for path in args.reports]
+    except ValueError as error:
+        print(f"{parser.prog}: error: {error}", file=sys.stderr)
+        return 2
     write_html(args.output, loaded)
     return 0
 

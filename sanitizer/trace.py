@@ -33,6 +33,8 @@ import os
 import sys
 from typing import Any, Dict, List, Optional, Sequence
 
+from torchlint.runtime_join import read_json_object
+
 HOST_TID = 1
 STEPS_TID = 2
 ALLOCATOR_TID = 3
@@ -142,19 +144,6 @@ def _write_json(path: str, data: Dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def _load(path: str) -> Dict[str, Any]:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except OSError as error:
-        raise ValueError(f"{path}: cannot read: {error.strerror}") from None
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{path}: not JSON: {error}") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: not a trace or report object")
-    return data
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m torchlint.sanitizer.trace",
                                      description="Sanitizer reports to Chrome traces, and traces merged on one clock.")
@@ -168,14 +157,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "convert":
-            report = _load(args.report)
+            report = read_json_object(args.report)
             try:
                 trace = trace_events(report)
             except ValueError as error:
                 raise ValueError(f"{args.report}: {error}") from None
             _write_json(args.output, trace)
         else:
-            _write_json(args.output, merge([_load(path) for path in args.traces]))
+            _write_json(args.output, merge([read_json_object(path, "trace") for path in args.traces]))
     except ValueError as error:
         print(f"{parser.prog}: error: {error}", file=sys.stderr)
         return 2

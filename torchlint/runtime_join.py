@@ -52,17 +52,25 @@ def _key(d) -> Tuple[str, int, int, str]:
     return (d.path, d.row, d.column, d.code)
 
 
+def read_json_object(path: str, what: str = "report") -> Dict[str, Any]:
+    """A JSON object from ``path``; ValueError naming the file and the reason otherwise."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except OSError as error:
+        raise RuntimeReportError(f"{path}: cannot read the {what}: {error.strerror}") from None
+    except json.JSONDecodeError as error:
+        raise RuntimeReportError(f"{path}: the {what} is not JSON: {error}") from None
+    if not isinstance(data, dict):
+        raise RuntimeReportError(f"{path}: the {what} is not a JSON object")
+    return data
+
+
 def load_reports(paths: Sequence[str]) -> List[Dict[str, Any]]:
     reports = []
     for path in paths:
-        try:
-            with open(path, encoding="utf-8") as handle:
-                data = json.load(handle)
-        except OSError as error:
-            raise RuntimeReportError(f"{path}: cannot read the runtime report: {error.strerror}") from None
-        except json.JSONDecodeError as error:
-            raise RuntimeReportError(f"{path}: the runtime report is not JSON: {error}") from None
-        if not isinstance(data, dict) or data.get("tool") != "torchlint-sanitizer" or not isinstance(data.get("findings"), list):
+        data = read_json_object(path, "runtime report")
+        if data.get("tool") != "torchlint-sanitizer" or not isinstance(data.get("findings"), list):
             raise RuntimeReportError(f"{path}: not a torchlint sanitizer report (no \"tool\": \"torchlint-sanitizer\" and findings)")
         if data.get("version") != 1:
             raise RuntimeReportError(f"{path}: sanitizer report version {data.get('version')!r}; this torchlint reads version 1")

@@ -104,8 +104,12 @@ def test_a_bad_report_is_a_one_line_error_naming_the_file(in_examples, capsys, t
     bad.write_text("{not json")
     code, _, err = run_cli(capsys, "--runtime-report", str(bad), "sanitizer_tour.py")
     assert code == 2 and err.startswith("torchlint: error: ") and "bad.json" in err and len(err.strip().splitlines()) == 1
+    listing = tmp_path / "listing.json"
+    listing.write_text("[]")
+    with pytest.raises(RuntimeReportError, match="listing.json: the runtime report is not a JSON object"):
+        load_reports([str(listing)])
     other = tmp_path / "other.json"
-    other.write_text("[]")
+    other.write_text('{"tool": "something-else", "findings": []}')
     with pytest.raises(RuntimeReportError, match="other.json: not a torchlint sanitizer report"):
         load_reports([str(other)])
     with pytest.raises(RuntimeReportError, match="missing.json: cannot read"):

@@ -1,5 +1,4 @@
 """The run's timeline: bounded series, the hooks in the session and the checks, the report field."""
-import dataclasses
 import json
 import types
 
@@ -7,7 +6,8 @@ import pytest
 
 from torchlint.sanitizer import memory
 from torchlint.sanitizer.memory import AllocatorStats, MemoryCheck
-from torchlint.sanitizer.timeline import MAX_EVENTS, SERIES, Timeline
+from torchlint.sanitizer.timeline import SERIES, Timeline
+from test_san_memory import FakeSource  # noqa: E402  (a sibling test module's fake allocator)
 
 MiB = 1 << 20
 
@@ -69,43 +69,6 @@ def test_memory_samples_for_the_chart_are_rate_limited():
 
 # --- the hooks ----------------------------------------------------------------------
 
-class FakeSource:
-    def __init__(self):
-        self.current = AllocatorStats(allocated=10 * MiB, reserved=20 * MiB, segments=1)
-        self.observers = []
-
-    def is_initialized(self):
-        return True
-
-    def on_init(self, callback):
-        callback()
-
-    def stats(self, device=None):
-        return self.current
-
-    def mem_get_info(self, device=None):
-        return 70 << 30, 80 << 30
-
-    def cap(self, total, device=None):
-        return total
-
-    def snapshot(self, device=None):
-        return [], {}
-
-    def current_stream(self, device=None):
-        return 0
-
-    def attach_oom_observer(self, callback):
-        self.observers.append(callback)
-        return True
-
-    def pci_bus_id(self):
-        return None
-
-    def alloc_conf(self):
-        return None
-
-
 @pytest.fixture
 def fresh_observer(monkeypatch):
     monkeypatch.setattr(memory, "_observer_attached", False)
@@ -116,13 +79,12 @@ def test_the_memory_check_feeds_steps_new_segments_and_the_oom_with_its_line(fre
     clock = Clock()
     session = types.SimpleNamespace(step_index=0, warmup_steps=0, test_id=None, in_warmup=False,
                                     timeline=Timeline(clock=clock))
-    source = FakeSource()
+    source = FakeSource(stats=AllocatorStats(allocated=10 * MiB, reserved=20 * MiB, segments=1))
     check = MemoryCheck(session, source=source, use_nvml=False, clock=clock)
     check.start()
     for step in (1, 2, 3):
         clock.now += 0.01
-        source.current = dataclasses.replace(source.current, allocated=step * 100 * MiB,
-                                             reserved=step * 120 * MiB, segments=step * 2)
+        source.bump(allocated=step * 100 * MiB, reserved=step * 120 * MiB, segments=step * 2)
         check.on_step(step)
     memory._on_out_of_memory(0, 64 * MiB, 1 << 30, 0)  # OOM_LINE
     check.stop()
