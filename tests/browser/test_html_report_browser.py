@@ -6,7 +6,6 @@ racy parts.
 """
 import copy
 
-import pytest
 
 
 def test_the_racy_part_shows_its_races_on_the_timeline_and_in_the_table(open_report, tour):

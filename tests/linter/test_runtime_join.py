@@ -6,9 +6,7 @@ run under ``torchlint-sanitize``; nothing here imports torch.
 from __future__ import annotations
 
 import json
-import os
 import pathlib
-import sys
 import textwrap
 
 import pytest
