@@ -5,6 +5,8 @@ examples/sanitizer_tour.py on an H100 with its sync-heavy, fragmenting and
 racy parts.
 """
 import copy
+import json
+import pathlib
 
 
 
@@ -87,3 +89,23 @@ def test_a_run_without_optimizer_steps_renders_without_errors(open_report, tour)
     assert loaded.page.locator("#timeline rect.step").count() == 0
     assert "no optimizer steps" in loaded.page.locator("table.facts").inner_text()
     assert loaded.errors == []
+
+
+def _recorded_runs():
+    reports = pathlib.Path(__file__).resolve().parents[1] / "sanitizer" / "data" / "reports"
+    return sorted(path for path in reports.glob("*.json") if path.name != "profiler_alignment.json")
+
+
+def test_every_recorded_run_renders_every_event_without_errors(open_report):
+    runs = _recorded_runs()
+    assert runs, "no recorded report in tests/sanitizer/data/reports"
+    for path in runs:
+        report = json.loads(path.read_text())
+        loaded = open_report(report)
+        page, timeline = loaded.page, report["timeline"]
+        assert page.locator("#timeline .sync-mark").count() == len(timeline["syncs"]), path.name
+        assert page.locator("#timeline .race-mark").count() == len(timeline["races"]), path.name
+        assert page.locator("#timeline .oom-mark").count() == len(timeline["ooms"]), path.name
+        assert page.locator("#memory-chart .segment-mark").count() == len(timeline["segments"]), path.name
+        assert page.locator("tr.site-row").count() == len(report["findings"]), path.name
+        assert loaded.errors == [], path.name

@@ -160,3 +160,15 @@ def test_pytest_writes_the_page_of_the_whole_run(pytester, monkeypatch):
     page = (pytester.path / "out" / "run.html").read_text()
     rows = _with_class(_tags(page), "site-row")
     assert len(rows) == 1 and "model.py:4" in page and "1 tests" in page
+
+
+def test_a_library_session_writes_both_pictures(tmp_path):
+    from torchlint.sanitizer.session import SanitizerSession
+
+    session = SanitizerSession(checks=set())
+    with session:
+        session.step()
+    session.write_html(str(tmp_path / "run.html"))
+    session.write_trace(str(tmp_path / "run.json"))
+    assert len(_with_class(_tags((tmp_path / "run.html").read_text()), "step")) == 1
+    assert json.loads((tmp_path / "run.json").read_text())["baseTimeNanoseconds"] > 0
