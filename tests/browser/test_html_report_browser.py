@@ -13,8 +13,9 @@ import pathlib
 def test_the_racy_part_shows_its_races_on_the_timeline_and_in_the_table(open_report, tour):
     report = open_report(tour)
     page = report.page
-    assert page.locator("#timeline .race-mark").count() == 3
-    assert page.locator("#race-table tr.site-row").count() == 3
+    races = [f for f in tour["findings"] if f["kind"] == "race"]
+    assert page.locator("#timeline .race-mark").count() == len(tour["timeline"]["races"]) >= 2
+    assert page.locator("#race-table tr.site-row").count() == len(races)
     first_row = page.locator("#race-table tr.site-row").first.inner_text()
     assert "wait_stream" in first_row and "examples/sanitizer_tour.py:84" in first_row
     assert page.locator("#timeline .race-mark").first.bounding_box() is not None
@@ -35,7 +36,8 @@ def test_the_fragmenting_part_shows_memory_segments_the_fragmented_peak_and_the_
     oom.hover()
     assert "allocated at examples/sanitizer_tour.py:69" in oom.locator("title").text_content()
     memory_rows = page.locator("#memory-table tr.site-row")
-    assert memory_rows.count() == 3 and "fragmentation" in memory_rows.first.inner_text()
+    memory_findings = [f for f in tour["findings"] if f["kind"] not in ("sync", "race")]
+    assert memory_rows.count() == len(memory_findings) >= 2
     assert report.errors == []
 
 
@@ -49,16 +51,18 @@ def test_the_sync_heavy_part_shows_stalls_sized_by_wait_and_sorted_by_total_time
     longest = max(range(len(waits)), key=waits.__getitem__)
     assert radii[longest] == max(radii) and max(radii) > min(radii)
     rows = page.locator("#sync-table tr.site-row")
-    assert rows.count() == 8
+    syncs = sum(f["kind"] == "sync" for f in tour["findings"])
+    assert rows.count() == syncs
     totals = page.eval_on_selector_all("#sync-table tr.site-row", "rows => rows.map(r => +r.dataset.hostWaitMs)")
     assert totals == sorted(totals, reverse=True)
-    assert "examples/sanitizer_tour.py:42" in rows.first.inner_text()  # clip_grad_norm_'s hidden read, the longest
-    link = rows.nth(1).locator("a.rule-link")
+    longest = max((f for f in tour["findings"] if f["kind"] == "sync"), key=lambda f: f["details"]["stall_ms"] or 0)
+    assert f"{longest['file']}:{longest['line']}" in rows.first.inner_text()
+    link = page.locator('#sync-table a.rule-link[href="#rule-TL101"]').first
     assert link.inner_text() == "TL101"
     link.click()
     assert page.evaluate("location.hash") == "#rule-TL101"
     assert "host-sync-in-loop" in page.locator("#rule-TL101 summary").inner_text()
-    assert page.locator("#timeline rect.step").count() == 30
+    assert page.locator("#timeline rect.step").count() == tour["steps"]["completed"] > 0
     assert report.errors == []
 
 
@@ -71,13 +75,15 @@ def test_the_rank_filter_of_a_merged_report(open_report, tour):
     loaded = open_report(*ranks)
     page = loaded.page
     rows = page.locator("#sync-table tr.site-row")
-    assert rows.count() == 16 and all(rows.nth(i).is_visible() for i in range(16))
+    total = rows.count()
+    assert total == 2 * sum(f["kind"] == "sync" for f in tour["findings"]) > 0
+    assert all(rows.nth(i).is_visible() for i in range(total))
     page.select_option("#rank-filter", "1")
-    visible = [rows.nth(i).get_attribute("data-rank") for i in range(16) if rows.nth(i).is_visible()]
-    assert visible == ["1"] * 8
+    visible = [rows.nth(i).get_attribute("data-rank") for i in range(total) if rows.nth(i).is_visible()]
+    assert visible == ["1"] * (total // 2)
     assert not page.locator('#timeline g[data-rank="0"]').is_visible()
     page.select_option("#rank-filter", "all")
-    assert all(rows.nth(i).is_visible() for i in range(16))
+    assert all(rows.nth(i).is_visible() for i in range(total))
     assert loaded.errors == []
 
 

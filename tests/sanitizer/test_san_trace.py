@@ -32,7 +32,7 @@ def test_host_syncs_are_slices_on_the_host_thread_as_long_as_the_wait(tour):
 
 def test_races_and_ooms_are_instants_memory_is_two_counter_tracks(tour):
     trace = trace_events(tour)
-    assert len(_events(trace, ph="i", cat="race")) == 3
+    assert len(_events(trace, ph="i", cat="race")) == len(tour["timeline"]["races"]) >= 2
     [oom] = _events(trace, ph="i", cat="oom")
     assert oom["args"]["where"] == "examples/sanitizer_tour.py:69" and oom["tid"] == ALLOCATOR_TID
     counters = {e["name"] for e in _events(trace, ph="C")}
