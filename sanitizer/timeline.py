@@ -24,7 +24,8 @@ The ``"timeline"`` field of the JSON report (version 1, additive)::
 
     {"version": 1,
      "clock": {"unix_ns_at_start": int, "duration_s": float},
-     "rank": int | null,                      # RANK / torch.distributed rank
+     "rank": int | null,                      # RANK (or LOCAL_RANK) of the process
+     "pid": int,                              # the process id (the trace's pid, as in torch.profiler's)
      "alloc_conf": str | null,                # PYTORCH_ALLOC_CONF (or the CUDA alias)
      "steps": [t, ...],                       # time each step ended, in order
      "syncs": [[t, wait_s | null, kind, file, line, rule | null, step], ...],
@@ -75,6 +76,7 @@ class Timeline:
         self._unix_ns_at_start = time.time_ns()
         self._end: Optional[float] = None
         self.rank = _rank()
+        self.pid = os.getpid()
         self.alloc_conf = os.environ.get("PYTORCH_ALLOC_CONF") or os.environ.get("PYTORCH_CUDA_ALLOC_CONF")
         self.steps: List[float] = []
         self.series: Dict[str, List[list]] = {name: [] for name in SERIES}
@@ -167,6 +169,7 @@ class Timeline:
             "version": TIMELINE_VERSION,
             "clock": {"unix_ns_at_start": self._unix_ns_at_start, "duration_s": round(duration, 6)},
             "rank": self.rank,
+            "pid": self.pid,
             "alloc_conf": self.alloc_conf,
             "steps": list(self.steps),
         }

@@ -57,7 +57,8 @@ def trace_events(report: Dict[str, Any]) -> Dict[str, Any]:
     if not isinstance(timeline, dict):
         raise ValueError("the report has no timeline (written by torchlint before the timeline field existed?)")
     rank = timeline.get("rank")
-    pid = int(rank) if isinstance(rank, int) else 0
+    # The run's own pid, so a merged torch.profiler trace of the same process shows one process.
+    pid = timeline.get("pid") or 1 + (int(rank) if isinstance(rank, int) else 0)
     label = "torchlint sanitizer" + (f" (rank {rank})" if rank is not None else "")
     device = report.get("device") or {}
     events: List[Dict[str, Any]] = [
