@@ -127,9 +127,14 @@ def merge(traces: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
         raise ValueError("every trace needs baseTimeNanoseconds (torch.profiler's and torchlint's have it)")
     base = min(bases)
     events: List[Dict[str, Any]] = []
+    named = set()  # one process_name per pid: the first trace's (ours and the profiler's share the pid)
     for trace, own_base in zip(traces, bases):
         shift = (own_base - base) / 1000.0
         for event in trace.get("traceEvents", []):
+            if event.get("ph") == "M" and event.get("name") == "process_name":
+                if event.get("pid") in named:
+                    continue
+                named.add(event.get("pid"))
             if "ts" in event:
                 event = dict(event, ts=round(float(event["ts"]) + shift, 3))
             events.append(event)

@@ -66,6 +66,9 @@ def test_merge_shifts_every_trace_onto_the_earliest_base():
     assert merged["baseTimeNanoseconds"] == 1_999_000_000
     by_name = {e["name"]: e for e in merged["traceEvents"]}
     assert by_name["sync item"]["ts"] == by_name["aten::item"]["ts"] == 1010.0
+    twice = merge([dict(kineto, traceEvents=[{"ph": "M", "name": "process_name", "pid": 7, "args": {"name": "a"}}]),
+                   dict(kineto, traceEvents=[{"ph": "M", "name": "process_name", "pid": 7, "args": {"name": "b"}}])])
+    assert [e["args"]["name"] for e in twice["traceEvents"]] == ["a"]
     with pytest.raises(ValueError, match="baseTimeNanoseconds"):
         merge([ours, {"traceEvents": []}])
 
