@@ -19,6 +19,10 @@ with a lint of this checkout wherever it lives. ``profiler_alignment.json``
 holds the measured offset between this tool's sync slices and the PyTorch
 profiler's ``aten::item`` events for the same calls, both on the Unix-epoch
 clock (see ``sanitizer/trace.py``). Needs a CUDA device.
+
+Through the device ``run`` tool, whose ``$OUT`` sends back only a few files,
+write into ``$OUT/reports``, pack it (``tar -C $OUT -czf $OUT/reports.tgz
+reports``) and unpack it here into ``tests/sanitizer/data/``.
 """
 from __future__ import annotations
 
