@@ -245,9 +245,15 @@ def fix_command(findings: Sequence[Dict[str, Any]], cwd: Optional[str] = None) -
         return None
     unsafe = any(not is_applicable(d.fix, False) for d in fixes)
     fix_codes = sorted({d.code for d in fixes})
-    fix_files = sorted({d.path for d in fixes})
+    fix_files = sorted({_shown(d.path, cwd) for d in fixes})
     command = ["torchlint", "--fix"] + (["--unsafe-fixes"] if unsafe else []) + ["--select", ",".join(fix_codes)] + fix_files
     return " ".join(shlex.quote(part) for part in command)
+
+
+def _shown(path: str, cwd: str) -> str:
+    """A path as the user types it from ``cwd``: relative when inside it."""
+    relative = os.path.relpath(os.path.abspath(os.path.join(cwd, path)), cwd)
+    return path if relative.startswith("..") else relative
 
 
 def closing_hint(findings: Sequence[Dict[str, Any]], cwd: Optional[str] = None) -> Optional[str]:

@@ -175,6 +175,7 @@ def test_the_sanitizers_closing_command_names_rules_with_a_fix(tmp_path, monkeyp
     command = fix_command([copy])
     assert command is not None and command.startswith("torchlint --fix") and "--select TL201" in command
     assert command.endswith("train.py")
+    assert fix_command([dict(copy, file=str(tmp_path / "train.py"))]) == command  # absolute paths shown relative
     race = {"kind": "race", "rule": None, "file": "train.py", "line": 7, "stack": [], "count": 1, "details": {}, "message": "r"}
     assert fix_command([race]) is None
     # The tour's measured TL101 sites have no autofix: no command is printed for them.
