@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from . import fragmentation as frag
+from . import timeline as _timeline
 from .findings import ALLOC_CHURN, ALLOC_RETRY, FRAGMENTATION, NEAR_CAPACITY, OOM, Finding, Frame
 from .nvml import NvmlSampler
 
@@ -380,9 +381,33 @@ class MemoryCheck:
 
     def on_step(self, step: int) -> None:
         self._last_step = step
-        if self._clock() < self._next_sample_at:
+        if self._clock() >= self._next_sample_at:
+            taken = self._samples
+            self._sample(step)
+            if self._samples > taken:
+                return  # that sample fed the timeline too
+        timeline = _timeline.of(self.session)
+        if timeline is not None and timeline.memory_sample_due():
+            self._timeline_sample(timeline, step)
+
+    def _timeline_sample(self, timeline: Any, step: int) -> None:
+        """Allocated/reserved for the run's memory chart: the raw stats call only (~8 µs)."""
+        if self._stopped or self._source is None or not self._source.is_initialized():
             return
-        self._sample(step)
+        began = time.perf_counter()
+        try:
+            stats = self._source.stats()
+        except Exception:
+            return
+        self._feed_timeline(timeline, stats, step, began)
+
+    @staticmethod
+    def _feed_timeline(timeline: Any, stats: AllocatorStats, step: Optional[int], began: float) -> None:
+        # The user's line is looked up only when new segments appeared (rare after warm-up).
+        top = _user_stack()[:1] if timeline.segments_grew(stats.segments) else []
+        timeline.memory(stats.allocated, stats.reserved, stats.segments, step,
+                        (top[0].file, top[0].line) if top else None)
+        timeline.overhead("memory", time.perf_counter() - began)
 
     def stop(self) -> None:
         if not self._started or self._stopped:
@@ -420,6 +445,14 @@ class MemoryCheck:
         self._next_sample_at = self._clock() + self.sample_interval_s
 
     def _take_sample(self, step: Optional[int]) -> AllocatorStats:
+        began = time.perf_counter()
+        stats = self._take_sample_stats(step)
+        timeline = _timeline.of(self.session)
+        if timeline is not None:
+            self._feed_timeline(timeline, stats, step, began)
+        return stats
+
+    def _take_sample_stats(self, step: Optional[int]) -> AllocatorStats:
         source = self._source
         stats = source.stats()
         free, total = source.mem_get_info()
@@ -483,6 +516,10 @@ class MemoryCheck:
         verdict = frag.judge(metrics, under_pressure=under_pressure, thresholds=self.thresholds)
         record = _SnapshotRecord(reason, step, metrics, verdict, settings, self._last_stats)
         self._snapshots.append(record)
+        timeline = _timeline.of(self.session)
+        if timeline is not None:
+            timeline.snapshot(reason, verdict.category if verdict is not None else None,
+                              verdict.free_bytes if verdict is not None else metrics.overall.total_free, step)
         return record
 
     # -------------------------------------------------------------- OOM
@@ -528,6 +565,13 @@ class MemoryCheck:
                 alloc_conf=source.alloc_conf(),
             )
         )
+        timeline = _timeline.of(self.session)
+        if timeline is not None:
+            top = self._ooms[-1].stack[:1]
+            if stats is not None:
+                timeline.memory(stats.allocated, stats.reserved, stats.segments, self._last_step,
+                                (top[0].file, top[0].line) if top else None)
+            timeline.oom(alloc, top[0].file if top else None, top[0].line if top else None, self._last_step)
 
     def _oom_verdict(self, event: _OomEvent) -> Tuple[frag.OomVerdict, Optional[frag.SnapshotMetrics]]:
         metrics = frag.analyze(event.segments) if event.segments is not None else None

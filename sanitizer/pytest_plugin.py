@@ -65,6 +65,7 @@ class _State:
         self.warmup_steps = 2
         self.min_count: Optional[int] = None  # None: the sync check's default
         self.report_path: Optional[str] = None
+        self.html_path: Optional[str] = None
         self.header = ""
         self.results: Dict[str, Dict[str, Any]] = {}
 
@@ -104,6 +105,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="write the JSON report of the whole run to PATH",
     )
     group.addoption(
+        "--gpu-sanitize-html", default=None, dest="gpu_sanitize_html", metavar="PATH",
+        help="write a self-contained HTML report of the whole run to PATH",
+    )
+    group.addoption(
         "--gpu-sanitize-warmup-steps", default=None, type=int, dest="gpu_sanitize_warmup_steps", metavar="N",
         help="leave out the first N optimizer steps of each test (default 2)",
     )
@@ -118,6 +123,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("gpu_sanitize_report", type="string", default="", help="path of the GPU sanitizer's JSON report")
     parser.addini("gpu_sanitize_min_count", type="string", default="",
                   help="runs of a sync site that make it a finding (default 5)")
+    parser.addini("gpu_sanitize_html", type="string", default="", help="path of the GPU sanitizer's HTML report")
 
 
 def _resolve(config: pytest.Config) -> _State:
@@ -159,6 +165,8 @@ def _resolve(config: pytest.Config) -> _State:
     state.min_count = min_count
     report = config.getoption("gpu_sanitize_report") or config.getini("gpu_sanitize_report")
     state.report_path = str(report) if report else None
+    page = config.getoption("gpu_sanitize_html") or config.getini("gpu_sanitize_html")
+    state.html_path = str(page) if page else None
     return state
 
 
@@ -442,11 +450,17 @@ class _Collector:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        if not self.state.report_path or hasattr(self.config, "workerinput"):
+        if not (self.state.report_path or self.state.html_path) or hasattr(self.config, "workerinput"):
             return
         from .report import write_report
 
-        write_report(self.state.report_path, self.run_report())
+        report = self.run_report()
+        if self.state.report_path:
+            write_report(self.state.report_path, report)
+        if self.state.html_path:
+            from .html_report import write_html
+
+            write_html(self.state.html_path, [report])
 
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
         if not self.state.active or hasattr(config, "workerinput"):
@@ -484,3 +498,11 @@ class _Collector:
                 terminalreporter.write_line(f"FAILED by sanitizer: {nodeid} ({failing} failing finding(s))")
         if self.state.report_path:
             terminalreporter.write_line(f"report written to {self.state.report_path}")
+        if self.state.html_path:
+            terminalreporter.write_line(f"HTML report written to {self.state.html_path}")
+        from torchlint.runtime_join import closing_hint
+
+        hint = closing_hint([e["finding"].to_json() for r in self.results.values() for e in r["entries"]],
+                            str(config.rootpath))
+        if hint:
+            terminalreporter.write_line(hint)

@@ -63,7 +63,10 @@ import threading
 import warnings
 from typing import Any, Dict, Hashable, List, Optional, Tuple
 
+from time import perf_counter as _perf_counter
+
 from . import native_tap
+from . import timeline as _timeline
 from .findings import RACE, Finding, Frame
 from .happens_before import AllocInfo, CollectiveStream, HappensBefore, Race
 
@@ -494,11 +497,16 @@ class RaceCheck:
 
     def _on_tap(self, message) -> None:
         """What the tap hands over: launches (a list), or ("record_stream", claimed, stream)."""
+        timeline = _timeline.of(self.session)
+        began = _perf_counter() if timeline is not None else 0.0
         try:
             if self._engine is None:
                 return
             if message.__class__ is list:
                 self._tap_launches(message)
+                if timeline is not None:
+                    timeline.launches((self._tap_stream(launch[0]), launch[2]) for launch in message)
+                    timeline.overhead("race", _perf_counter() - began)
                 return
             _, claimed, stream = message
             alloc = self._tap_claimed(claimed)
@@ -846,10 +854,11 @@ class RaceCheck:
             self._note_alloc(out, op)
         if items:
             site, stream = op
-            self._engine.launch(
-                stream if stream is not None else self._current_stream(), items, name,
-                site if site is not None else _site(),
-            )
+            stream = stream if stream is not None else self._current_stream()
+            self._engine.launch(stream, items, name, site if site is not None else _site())
+            timeline = _timeline.of(self.session)
+            if timeline is not None:
+                timeline.launches(((stream, name),))
 
     def _note_alloc(self, tensor, op: Optional[list] = None) -> None:
         if tensor.is_cuda is not self._want_cuda or tensor.numel() == 0:
@@ -1005,6 +1014,10 @@ class RaceCheck:
         """First sight of a unique race: take the longer stack and the user's names now."""
         context = {"stack": _long_site(), "step": self._step}
         frame = _user_frame()
+        timeline = _timeline.of(self.session)
+        if timeline is not None:
+            timeline.race(frame.f_code.co_filename if frame is not None else None,
+                          frame.f_lineno if frame is not None else None, self._step)
         if frame is not None:
             torch = self._torch
             for variable, value in _scope_items(frame):

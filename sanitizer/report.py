@@ -37,6 +37,11 @@ JSON report, version 1 (stable: add fields, never rename or remove them)
                "native_tap": {"ops_seen": int, "ops_recorded": int, "accesses_local": int,
                               "accesses_forwarded": int, ...} | absent}
                # RaceCheck.summary(); docs/races.md explains the tap
+      # script / library runs: the time series behind the HTML report and the trace
+      "timeline": {"version": 1, "clock": {...}, "steps": [...], "syncs": [...], "memory": [...],
+                   "segments": [...], "snapshots": [...], "ooms": [...], "races": [...],
+                   "launches": [...], "overhead_s": {...}, "dropped": {...}, ...}
+                   # Timeline.to_json(); sanitizer/timeline.py documents each row
     }
 
 A Finding (``Finding.to_json()``)::

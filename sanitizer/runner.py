@@ -57,6 +57,10 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument("--checks", default="all", metavar="CHECKS",
                         help=f"comma-separated checks ({', '.join(CHECKS)}, or all; default all)")
     parser.add_argument("--report-json", default=None, metavar="PATH", help="write the JSON report to PATH")
+    parser.add_argument("--report-html", default=None, metavar="PATH",
+                        help="write a self-contained HTML report (timeline, memory chart, sites) to PATH")
+    parser.add_argument("--trace", default=None, metavar="PATH",
+                        help="write a Chrome trace-event file (ui.perfetto.dev, chrome://tracing) to PATH")
     parser.add_argument("--warmup-steps", type=int, default=2, metavar="N",
                         help="leave out the first N training steps (default 2)")
     parser.add_argument("--fail-on", default=None, metavar="KINDS",
@@ -175,9 +179,25 @@ def main(argv: Optional[List[str]] = None, prog: str = "torchlint-sanitize") -> 
     findings = session.findings
     steps = session.steps_summary()
     print(render_summary(findings, steps, limit=options.limit, title=prog), file=sys.stderr)
+    from torchlint.runtime_join import closing_hint
+
+    hint = closing_hint([finding.to_json() for finding in findings])
+    if hint:
+        print(f"{prog}: {hint}", file=sys.stderr)
+    report = session.report() if (options.report_json or options.report_html or options.trace) else None
     if options.report_json:
-        write_report(options.report_json, session.report())
+        write_report(options.report_json, report)
         print(f"{prog}: report written to {options.report_json}", file=sys.stderr)
+    if options.report_html:
+        from .html_report import write_html
+
+        write_html(options.report_html, [report])
+        print(f"{prog}: HTML report written to {options.report_html}", file=sys.stderr)
+    if options.trace:
+        from .trace import write_trace
+
+        write_trace(options.trace, report)
+        print(f"{prog}: trace written to {options.trace} (open it in ui.perfetto.dev)", file=sys.stderr)
     if options.strict and code == 0 and session.failing_findings():
         return EXIT_STRICT
     return code

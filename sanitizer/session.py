@@ -175,12 +175,16 @@ class SanitizerSession:
         self._hook_handle = None
         self._lead_optimizer: Optional[int] = None
         self._findings_cache: Optional[List[Finding]] = None
+        self.timeline: Optional[Any] = None
 
     # -- lifecycle --
     def start(self) -> "SanitizerSession":
         if self.active:
             raise RuntimeError("sanitizer session already started")
         self._findings_cache = None
+        from .timeline import Timeline
+
+        self.timeline = Timeline()
         classes = [(name, load_check_class(name)) for name in START_ORDER if name in self.checks]
         started: List[Any] = []
         try:
@@ -201,6 +205,8 @@ class SanitizerSession:
         if not self.active:
             return
         self.active = False
+        if self.timeline is not None:
+            self.timeline.stop()
         if self._hook_handle is not None:
             self._hook_handle.remove()
             self._hook_handle = None
@@ -243,6 +249,8 @@ class SanitizerSession:
     def _advance(self) -> int:
         self.step_index += 1
         self._findings_cache = None
+        if self.timeline is not None:
+            self.timeline.step(self.step_index)
         for check in self._checks:
             check.on_step(self.step_index)
         return self.step_index
@@ -301,13 +309,28 @@ class SanitizerSession:
     def report(self) -> Dict[str, Any]:
         from .report import build_report
 
+        summaries = self.summaries()
+        if self.timeline is not None:
+            summaries["timeline"] = self.timeline.to_json()
         return build_report(
             self.findings,
             checks=sorted(self.checks),
             steps=self.steps_summary(),
             fail_on=sorted(self.fail_on),
-            summaries=self.summaries(),
+            summaries=summaries,
         )
+
+    def write_html(self, path: str) -> None:
+        """The run's self-contained HTML report (``html_report.py``)."""
+        from .html_report import write_html
+
+        write_html(path, [self.report()])
+
+    def write_trace(self, path: str) -> None:
+        """The run as a Chrome trace-event file for Perfetto / chrome://tracing (``trace.py``)."""
+        from .trace import write_trace
+
+        write_trace(path, self.report())
 
 
 @contextlib.contextmanager

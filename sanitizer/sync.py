@@ -75,6 +75,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from torchlint.noqa import line_suppresses
 
 from . import frames as _frames
+from . import timeline as _timeline
 from .findings import SYNC, Finding, Frame
 
 SYNC_WARNING = "called a synchronizing CUDA operation"
@@ -515,6 +516,14 @@ class SyncCheck:
         return text
 
     def _record(self, kind: Optional[str], api: Optional[str], stall: Optional[float], tensor: Any, skip: int) -> None:
+        began = time.perf_counter()
+        self._record_site(kind, api, stall, tensor, skip + 1, began)
+        timeline = _timeline.of(self.session)
+        if timeline is not None:
+            timeline.overhead("sync", time.perf_counter() - began)
+
+    def _record_site(self, kind: Optional[str], api: Optional[str], stall: Optional[float], tensor: Any,
+                     skip: int, began: float) -> None:
         if self.session.sync_allowed():
             self.allowed_count += 1
             return
@@ -553,6 +562,9 @@ class SyncCheck:
             if callee is None or callee is not site.callee:
                 site.runs += 1
                 site.callee = callee
+            timeline = _timeline.of(self.session)
+            if timeline is not None:
+                timeline.sync(kind, top[0], top[1], stall, KINDS[kind][0], step, ended_at=began)
             if stall is not None:
                 site.stall[step] = site.stall.get(step, 0.0) + stall
                 site.timed[step] = site.timed.get(step, 0) + 1

@@ -69,6 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--output-format", choices=OUTPUT_FORMATS, default=os.environ.get("TORCHLINT_OUTPUT_FORMAT"))
     out.add_argument("-o", "--output-file", default=os.environ.get("TORCHLINT_OUTPUT_FILE"), help="write the report to this file")
     out.add_argument("--statistics", action="store_true", help="count findings per rule instead of listing them")
+    out.add_argument("--runtime-report", action="append", default=[], metavar="PATH",
+                     help="a torchlint-sanitize JSON report: join what the run measured with the findings (repeatable, one per rank)")
     out.add_argument("-e", "--exit-zero", action="store_true", help="exit 0 even when findings remain (2 still means an error)")
     out.add_argument("--exit-non-zero-on-fix", action="store_true", help="exit 1 when any file was changed, even if nothing is left")
     out.add_argument("-q", "--quiet", action="store_true", help="print findings only, no summary")
@@ -282,6 +284,11 @@ def _finish(args: argparse.Namespace, results: List[FileResult], mode: str, unsa
     fixed_total = sum(sum(r.fixed.values()) for r in results)
     output_format = args.output_format or "concise"
     ctx = ReportContext(unsafe_fixes=unsafe, texts={r.path: r.text for r in results if r.text})
+    if args.runtime_report:
+        from torchlint import runtime_join
+
+        ctx.runtime = runtime_join.join(diagnostics, runtime_join.load_reports(args.runtime_report))
+        diagnostics = runtime_join.sort_measured_first(diagnostics, ctx.runtime)
     out: TextIO = stream
     handle = None
     if args.output_file:

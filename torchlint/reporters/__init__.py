@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Sequence, TextIO
+from typing import Any, Callable, Dict, Optional, Sequence, TextIO
 
 from torchlint.rule import Diagnostic
 
@@ -18,6 +18,31 @@ class ReportContext:
     cwd: str = field(default_factory=os.getcwd)
     unsafe_fixes: bool = False
     texts: Dict[str, str] = field(default_factory=dict)  # path -> source, for excerpts
+    runtime: Optional[Any] = None  # a runtime_join.RuntimeJoin with --runtime-report
+
+    def measured(self, d: Diagnostic) -> Optional[Dict[str, Any]]:
+        """What the run measured at this finding (None: not measured, or no runtime report)."""
+        return self.runtime.of(d) if self.runtime is not None else None
+
+    def measured_suffix(self, d: Diagnostic) -> str:
+        from torchlint.runtime_join import describe
+
+        measured = self.measured(d)
+        return f" ({describe(measured)})" if measured else ""
+
+    def write_runtime_section(self, out: TextIO) -> None:
+        """The findings only the run saw, and one summary line (text formats)."""
+        if self.runtime is None:
+            return
+        from torchlint.runtime_join import runtime_only_line
+
+        for entry in self.runtime.runtime_only:
+            out.write(runtime_only_line(entry, self.display_path) + "\n")
+        measured = len(self.runtime.measured)
+        only = len(self.runtime.runtime_only)
+        out.write(f"Runtime report: {measured} finding{'s' if measured != 1 else ''} measured at run time, "
+                  f"{only} seen at run time only (the linter's blind spot)"
+                  + (f", {self.runtime.outside} in files not linted" if self.runtime.outside else "") + ".\n")
 
     def display_path(self, path: str) -> str:
         if path == "-" or not os.path.isabs(path) and not path.startswith(".."):

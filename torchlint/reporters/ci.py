@@ -36,7 +36,13 @@ def github(diagnostics: Sequence[Diagnostic], ctx: ReportContext, out: TextIO) -
                 ("title", f"{d.code} {d.name}"),
             )
         )
-        out.write(f"::error {props}::{escape_data(f'{d.code} {d.message}')}\n")
+        out.write(f"::error {props}::{escape_data(f'{d.code} {d.message}{ctx.measured_suffix(d)}')}\n")
+    if ctx.runtime is not None:
+        from torchlint.runtime_join import runtime_only_line
+
+        for entry in ctx.runtime.runtime_only:
+            where = f"file={escape_property(ctx.display_path(entry['file']))},line={entry['line']}," if entry.get("file") else ""
+            out.write(f"::warning {where}title=seen at run time only::{escape_data(runtime_only_line(entry, ctx.display_path))}\n")
 
 
 def _repo_root(start: str) -> str:
@@ -86,6 +92,10 @@ def sarif_document(diagnostics: Sequence[Diagnostic], ctx: ReportContext) -> Dic
                 "partialFingerprints": {"torchlintFingerprint/v1": _fingerprint(d, uri, ctx)},
             }
         )
+        if ctx.runtime is not None:
+            results[-1]["properties"] = {"measured": ctx.measured(d)}
+    if ctx.runtime is not None:
+        results.extend(_runtime_only_results(ctx, root))
     return {
         "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
         "version": "2.1.0",
@@ -105,6 +115,26 @@ def sarif_document(diagnostics: Sequence[Diagnostic], ctx: ReportContext) -> Dic
             }
         ],
     }
+
+
+def _runtime_only_results(ctx: ReportContext, root: str) -> List[Dict[str, Any]]:
+    """Runtime findings no static finding joined: notes without a rule, with ``measured``."""
+    results = []
+    for entry in ctx.runtime.runtime_only:
+        result: Dict[str, Any] = {
+            "ruleId": "seen-at-run-time-only",
+            "level": "note",
+            "message": {"text": f"seen at run time only: {entry['message']}"},
+            "properties": {"measured": entry["measured"], "runtime_kind": entry["kind"]},
+        }
+        if entry.get("file"):
+            absolute = ctx.absolute_path(entry["file"])
+            uri = os.path.relpath(os.path.realpath(absolute), os.path.realpath(root)).replace(os.sep, "/")
+            region = {"startLine": entry["line"]} if entry.get("line") else {}
+            result["locations"] = [{"physicalLocation": {"artifactLocation": {"uri": uri, "uriBaseId": "%SRCROOT%"},
+                                                         **({"region": region} if region else {})}}]
+        results.append(result)
+    return results
 
 
 def _file_uri(path: str) -> str:

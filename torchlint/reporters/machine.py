@@ -25,7 +25,7 @@ def to_json(d: Diagnostic, ctx: ReportContext) -> Dict[str, Any]:
                 for e in d.fix.edits
             ],
         }
-    return {
+    entry = {
         "code": d.code,
         "name": d.name,
         "message": d.message,
@@ -36,16 +36,44 @@ def to_json(d: Diagnostic, ctx: ReportContext) -> Dict[str, Any]:
         "noqa_row": d.noqa_row,
         "url": d.url,
     }
+    if ctx.runtime is not None:
+        entry["measured"] = ctx.measured(d)
+    return entry
+
+
+def runtime_only_json(entry: Dict[str, Any], ctx: ReportContext) -> Dict[str, Any]:
+    """A runtime finding no static finding joined (``--runtime-report``): ``code`` is null."""
+    location = {"row": entry["line"], "column": 1} if entry.get("line") else None
+    return {
+        "code": None,
+        "name": "seen-at-run-time-only",
+        "message": entry["message"],
+        "filename": ctx.absolute_path(entry["file"]) if entry.get("file") else None,
+        "location": location,
+        "end_location": location,
+        "fix": None,
+        "noqa_row": None,
+        "url": None,
+        "measured": entry["measured"],
+        "runtime_kind": entry["kind"],
+    }
+
+
+def _entries(diagnostics: Sequence[Diagnostic], ctx: ReportContext):
+    entries = [to_json(d, ctx) for d in diagnostics]
+    if ctx.runtime is not None:
+        entries.extend(runtime_only_json(entry, ctx) for entry in ctx.runtime.runtime_only)
+    return entries
 
 
 def json_array(diagnostics: Sequence[Diagnostic], ctx: ReportContext, out: TextIO) -> None:
-    json.dump([to_json(d, ctx) for d in diagnostics], out, indent=2)
+    json.dump(_entries(diagnostics, ctx), out, indent=2)
     out.write("\n")
 
 
 def json_lines(diagnostics: Sequence[Diagnostic], ctx: ReportContext, out: TextIO) -> None:
-    for d in diagnostics:
-        out.write(json.dumps(to_json(d, ctx)) + "\n")
+    for entry in _entries(diagnostics, ctx):
+        out.write(json.dumps(entry) + "\n")
 
 
 def junit(diagnostics: Sequence[Diagnostic], ctx: ReportContext, out: TextIO) -> None:
@@ -57,7 +85,8 @@ def junit(diagnostics: Sequence[Diagnostic], ctx: ReportContext, out: TextIO) ->
         out.write(f'  <testsuite name={quoteattr(shown)} tests="{len(items)}" disabled="0" errors="0" failures="{len(items)}" package="org.torchlint">\n')
         for d in items:
             out.write(f'    <testcase name={quoteattr(f"org.torchlint.{d.code}")} classname={quoteattr(shown)} line="{d.row}" column="{d.column}">\n')
-            out.write(f"      <failure message={quoteattr(d.message)}>{escape(f'line {d.row}, col {d.column}, {d.message}')}</failure>\n")
+            message = d.message + ctx.measured_suffix(d)
+            out.write(f"      <failure message={quoteattr(message)}>{escape(f'line {d.row}, col {d.column}, {message}')}</failure>\n")
             out.write("    </testcase>\n")
         out.write("  </testsuite>\n")
     out.write("</testsuites>\n")

@@ -16,25 +16,28 @@ def _marker(d: Diagnostic, ctx: ReportContext) -> str:
 
 def concise(diagnostics: Sequence[Diagnostic], ctx: ReportContext, out: TextIO) -> None:
     for d in diagnostics:
-        out.write(f"{ctx.display_path(d.path)}:{d.row}:{d.column}: {d.code}{_marker(d, ctx)} {d.message}\n")
+        out.write(f"{ctx.display_path(d.path)}:{d.row}:{d.column}: {d.code}{_marker(d, ctx)} {d.message}{ctx.measured_suffix(d)}\n")
+    ctx.write_runtime_section(out)
 
 
 def grouped(diagnostics: Sequence[Diagnostic], ctx: ReportContext, out: TextIO) -> None:
     for path, items in groupby(diagnostics, key=lambda d: d.path):
         out.write(f"{ctx.display_path(path)}:\n")
         for d in items:
-            out.write(f"  {d.row}:{d.column} {d.code}{_marker(d, ctx)} {d.message}\n")
+            out.write(f"  {d.row}:{d.column} {d.code}{_marker(d, ctx)} {d.message}{ctx.measured_suffix(d)}\n")
         out.write("\n")
+    ctx.write_runtime_section(out)
 
 
 def pylint(diagnostics: Sequence[Diagnostic], ctx: ReportContext, out: TextIO) -> None:
     for d in diagnostics:
-        out.write(f"{ctx.display_path(d.path)}:{d.row}: [{d.code}] {d.message}\n")
+        out.write(f"{ctx.display_path(d.path)}:{d.row}: [{d.code}] {d.message}{ctx.measured_suffix(d)}\n")
+    ctx.write_runtime_section(out)
 
 
 def full(diagnostics: Sequence[Diagnostic], ctx: ReportContext, out: TextIO) -> None:
     for d in diagnostics:
-        out.write(f"{ctx.display_path(d.path)}:{d.row}:{d.column}: {d.code}{_marker(d, ctx)} {d.message}\n")
+        out.write(f"{ctx.display_path(d.path)}:{d.row}:{d.column}: {d.code}{_marker(d, ctx)} {d.message}{ctx.measured_suffix(d)}\n")
         lines = split_lines(ctx.texts.get(d.path, ""))
         if 0 < d.row <= len(lines):
             source = lines[d.row - 1].rstrip("\r\n")
@@ -52,3 +55,4 @@ def full(diagnostics: Sequence[Diagnostic], ctx: ReportContext, out: TextIO) -> 
                 (r1, c1), (r2, c2) = edit.start, edit.end
                 out.write(f"    {r1}:{c1 + 1}-{r2}:{c2 + 1} -> {edit.content!r}\n")
         out.write("\n")
+    ctx.write_runtime_section(out)

@@ -1,0 +1,268 @@
+"""``torchlint check --runtime-report report.json src/``: the lint, joined with what a run measured.
+
+A sanitizer report (``torchlint-sanitize --report-json``, ``pytest
+--gpu-sanitize-report``) lists findings at the user's lines with their
+stacks, innermost first. Each runtime finding joins the static finding of the
+same rule (for a sync, any sync rule) at the first frame of its stack that has
+one, so a sync inside a helper joins the finding in the helper, and one that
+the linter reports at the helper's call site joins there. Paths join by their
+trailing components, so a report recorded on another machine (or in another
+checkout) joins a lint of this one.
+
+What comes out:
+
+- every joined static finding gets ``measured``: ``{"count", "host_wait_ms",
+  "bytes", "kinds", "runtime_findings"}``, and the measured findings sort
+  first, by cost (host wait, then bytes, then count);
+- a runtime finding in a linted file (or with no file at all) that joins no
+  static finding is "seen at run time only": the linter's blind spot;
+- a static finding the run never reached stays as it was.
+
+Nothing here imports torch: the report is plain JSON.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+
+# The static rules a runtime sync can stand for (sanitizer/sync.py's KINDS).
+SYNC_RULES = frozenset({"TL101", "TL102", "TL103", "TL201", "TL303"})
+
+
+class RuntimeReportError(ValueError):
+    """A report that cannot be read; the message names the file and the reason."""
+
+
+@dataclass
+class RuntimeJoin:
+    """The result: ``measured`` keyed by ``(path, row, column, code)``; the unjoined runtime findings."""
+
+    measured: Dict[Tuple[str, int, int, str], Dict[str, Any]] = field(default_factory=dict)
+    runtime_only: List[Dict[str, Any]] = field(default_factory=list)
+    outside: int = 0  # runtime findings in files this lint did not cover
+
+    def of(self, diagnostic) -> Optional[Dict[str, Any]]:
+        return self.measured.get(_key(diagnostic))
+
+
+def _key(d) -> Tuple[str, int, int, str]:
+    return (d.path, d.row, d.column, d.code)
+
+
+def read_json_object(path: str, what: str = "report") -> Dict[str, Any]:
+    """A JSON object from ``path``; ValueError naming the file and the reason otherwise."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except OSError as error:
+        raise RuntimeReportError(f"{path}: cannot read the {what}: {error.strerror}") from None
+    except json.JSONDecodeError as error:
+        raise RuntimeReportError(f"{path}: the {what} is not JSON: {error}") from None
+    if not isinstance(data, dict):
+        raise RuntimeReportError(f"{path}: the {what} is not a JSON object")
+    return data
+
+
+def load_reports(paths: Sequence[str]) -> List[Dict[str, Any]]:
+    reports = []
+    for path in paths:
+        data = read_json_object(path, "runtime report")
+        if data.get("tool") != "torchlint-sanitizer" or not isinstance(data.get("findings"), list):
+            raise RuntimeReportError(f"{path}: not a torchlint sanitizer report (no \"tool\": \"torchlint-sanitizer\" and findings)")
+        if data.get("version") != 1:
+            raise RuntimeReportError(f"{path}: sanitizer report version {data.get('version')!r}; this torchlint reads version 1")
+        reports.append(data)
+    return reports
+
+
+def _parts(path: str) -> List[str]:
+    return [part for part in os.path.normpath(os.path.abspath(path)).split(os.sep) if part]
+
+
+def _suffix_match(runtime_path: str, static_parts: List[str]) -> int:
+    """How many trailing path components agree (0: not the same file)."""
+    runtime_parts = [part for part in os.path.normpath(runtime_path).split(os.sep) if part and part != "."]
+    common = 0
+    for a, b in zip(reversed(runtime_parts), reversed(static_parts)):
+        if a != b:
+            break
+        common += 1
+    # A bare file name matches only itself; otherwise the folder must agree too.
+    needed = min(2, len(runtime_parts), len(static_parts))
+    return common if common >= needed else 0
+
+
+def _frames(finding: Dict[str, Any]) -> List[Tuple[str, int]]:
+    frames = [(f["file"], int(f["line"])) for f in finding.get("stack") or [] if f.get("file") and f.get("line")]
+    if finding.get("file") and finding.get("line") and (finding["file"], finding["line"]) not in frames:
+        frames.insert(0, (finding["file"], int(finding["line"])))
+    return frames
+
+
+def _rule_fits(finding: Dict[str, Any], code: str) -> bool:
+    if finding.get("rule") == code:
+        return True
+    return finding.get("kind") == "sync" and code in SYNC_RULES
+
+
+def _cost(finding: Dict[str, Any]) -> Tuple[Optional[float], int]:
+    details = finding.get("details") or {}
+    wait = details.get("stall_ms")
+    nbytes = 0
+    for key in ("requested_bytes", "total_free_bytes", "peak_reserved_bytes"):
+        if isinstance(details.get(key), int):
+            nbytes = details[key]
+            break
+    return (float(wait) if isinstance(wait, (int, float)) else None), nbytes
+
+
+def join(diagnostics: Sequence[Any], reports: Iterable[Dict[str, Any]]) -> RuntimeJoin:
+    result = RuntimeJoin()
+    by_file: Dict[str, List[Any]] = {}
+    for d in diagnostics:
+        by_file.setdefault(d.path, []).append(d)
+    static_parts = {path: _parts(path) for path in by_file}
+
+    def file_for(runtime_path: str) -> Optional[str]:
+        best, score = None, 0
+        for path, parts in static_parts.items():
+            common = _suffix_match(runtime_path, parts)
+            if common > score:
+                best, score = path, common
+        return best
+
+    linted_cache: Dict[str, Optional[str]] = {}
+    for report in reports:
+        rank = (report.get("timeline") or {}).get("rank")
+        for finding in report["findings"]:
+            target = None
+            seen_in_lint = finding.get("file") is None
+            local_file = None  # the finding's own file as this lint names it
+            for file, line in _frames(finding):
+                if file not in linted_cache:
+                    linted_cache[file] = file_for(file)
+                path = linted_cache[file]
+                if path is None:
+                    continue
+                seen_in_lint = True
+                if file == finding.get("file"):
+                    local_file = path
+                candidates = [d for d in by_file[path] if d.row <= line <= d.end_row and _rule_fits(finding, d.code)]
+                if candidates:
+                    target = min(candidates, key=lambda d: (d.code != finding.get("rule"), d.row, d.column))
+                    break
+            wait, nbytes = _cost(finding)
+            if target is None:
+                if seen_in_lint:
+                    result.runtime_only.append({
+                        "kind": finding["kind"], "file": local_file or finding.get("file"), "line": finding.get("line"),
+                        "message": finding.get("message", ""), "rule": finding.get("rule"),
+                        "measured": {"count": int(finding.get("count") or 0), "host_wait_ms": wait,
+                                     "bytes": nbytes or None, "kinds": [_label(finding)], "runtime_findings": 1},
+                        "rank": rank,
+                    })
+                else:
+                    result.outside += 1
+                continue
+            entry = result.measured.setdefault(_key(target), {
+                "count": 0, "host_wait_ms": None, "bytes": None, "kinds": [], "runtime_findings": 0})
+            entry["count"] += int(finding.get("count") or 0)
+            if wait is not None:
+                entry["host_wait_ms"] = round((entry["host_wait_ms"] or 0.0) + wait, 3)
+            if nbytes:
+                entry["bytes"] = (entry["bytes"] or 0) + nbytes
+            if _label(finding) not in entry["kinds"]:
+                entry["kinds"].append(_label(finding))
+            entry["runtime_findings"] += 1
+    result.runtime_only.sort(key=lambda e: _cost_key(e["measured"]))
+    return result
+
+
+def _label(finding: Dict[str, Any]) -> str:
+    sync_kind = (finding.get("details") or {}).get("sync_kind")
+    return f"sync {sync_kind}" if finding.get("kind") == "sync" and sync_kind else finding.get("kind", "?")
+
+
+def _cost_key(measured: Dict[str, Any]) -> Tuple[float, int, int]:
+    return (-(measured.get("host_wait_ms") or 0.0), -(measured.get("bytes") or 0), -measured.get("count", 0))
+
+
+def sort_measured_first(diagnostics: Sequence[Any], joined: RuntimeJoin) -> List[Any]:
+    """Measured findings first, by cost; the rest keep their order."""
+    measured = [d for d in diagnostics if joined.of(d) is not None]
+    measured.sort(key=lambda d: _cost_key(joined.of(d)))
+    rest = [d for d in diagnostics if joined.of(d) is None]
+    return measured + rest
+
+
+def describe(measured: Dict[str, Any]) -> str:
+    """``measured: 28x, 33.1 ms host wait`` (text formats)."""
+    parts = [f"{measured['count']}x"]
+    if measured.get("host_wait_ms") is not None:
+        parts.append(f"{measured['host_wait_ms']:.1f} ms host wait")
+    if measured.get("bytes"):
+        parts.append(f"{measured['bytes'] / (1 << 20):,.1f} MiB")
+    return "measured: " + ", ".join(parts)
+
+
+def runtime_only_line(entry: Dict[str, Any], display_path) -> str:
+    where = f"{display_path(entry['file'])}:{entry['line']}" if entry.get("file") else "<process>"
+    label = ", ".join(entry["measured"]["kinds"])
+    return f"{where}: seen at run time only: {label} ({describe(entry['measured'])}) — {entry['message']}"
+
+
+# -- the sanitizer's closing hint -------------------------------------------------------
+
+def fix_command(findings: Sequence[Dict[str, Any]], cwd: Optional[str] = None) -> Optional[str]:
+    """The one ``torchlint`` command that fixes what a run found, or None when no fix exists.
+
+    Lints the user files the findings point at with the findings' rules, and
+    keeps only the rules whose static findings at those measured lines carry a fix.
+    """
+    from torchlint.cli import Settings, build_parser
+    from torchlint.fixer import is_applicable
+    from torchlint.runner import CHECK, Job, run
+
+    cwd = cwd or os.getcwd()
+    codes = sorted({f["rule"] for f in findings if f.get("rule")} | (SYNC_RULES if any(f.get("kind") == "sync" for f in findings) else set()))
+    files = sorted({f["file"] for f in findings if f.get("file") and os.path.isfile(os.path.join(cwd, f["file"]))})
+    files = [path for path in files if path.endswith(".py")]
+    if not codes or not files:
+        return None
+    args = build_parser().parse_args(["--select", ",".join(codes), *files])
+    settings = Settings(args)
+    jobs = []
+    for path in files:
+        config = settings.config_for(path)
+        jobs.append(Job(path, settings.file_options(path), CHECK, True, settings.fixable(config), None))
+    diagnostics = [d for result in run(jobs, 1) for d in result.diagnostics]
+    joined = join(diagnostics, [{"findings": list(findings)}])
+    fixes = [d for d in diagnostics if joined.of(d) is not None and d.fix is not None and is_applicable(d.fix, True)]
+    if not fixes:
+        return None
+    unsafe = any(not is_applicable(d.fix, False) for d in fixes)
+    fix_codes = sorted({d.code for d in fixes})
+    fix_files = sorted({_shown(d.path, cwd) for d in fixes})
+    command = ["torchlint", "--fix"] + (["--unsafe-fixes"] if unsafe else []) + ["--select", ",".join(fix_codes)] + fix_files
+    return " ".join(shlex.quote(part) for part in command)
+
+
+def _shown(path: str, cwd: str) -> str:
+    """A path as the user types it from ``cwd``: relative when inside it."""
+    relative = os.path.relpath(os.path.abspath(os.path.join(cwd, path)), cwd)
+    return path if relative.startswith("..") else relative
+
+
+def closing_hint(findings: Sequence[Dict[str, Any]], cwd: Optional[str] = None) -> Optional[str]:
+    """The last line of the sanitizer's summary: ``fix what it found: torchlint --fix ...``, or None.
+
+    Never raises: a run's summary must not fail because the lint of its files did.
+    """
+    try:
+        command = fix_command(findings, cwd)
+    except Exception:
+        return None
+    return f"fix what it found: {command}" if command else None
