@@ -16,6 +16,7 @@ from torchlint import __version__
 from torchlint.config import OUTPUT_FORMATS, Config, ConfigError, ConfigFinder, apply_table, parse_version
 from torchlint.discovery import DiscoveryOptions, discover
 from torchlint.linter import FileOptions, syntax_error
+from torchlint.project import project_facts
 from torchlint.registry import all_rules
 from torchlint.reporters import MACHINE_FORMATS, ReportContext, reporters
 from torchlint.rule import Diagnostic
@@ -144,7 +145,8 @@ class Settings:
         config = self.config_for(path)
         ignores = parse_per_file_ignores(config.per_file_ignores, config.root, self.rules) + self.cli_ignores
         skipped = ignored_for(path, ignores)
-        key = (id(config), skipped)
+        project = project_facts(path)
+        key = (id(config), skipped, project.root)
         cached = self._options.get(key)
         if cached is None:
             codes = self.enabled(config) - skipped
@@ -153,6 +155,7 @@ class Settings:
                 rule_options=config.rule_options,
                 target_torch=self.target_torch or config.target_torch,
                 ignore_noqa=self.args.ignore_noqa,
+                project=project,
             )
             self._options[key] = cached
         return cached
@@ -180,6 +183,13 @@ class Settings:
             force_exclude=bool(args.force_exclude if args.force_exclude is not None else config.force_exclude),
             root=config.root if config.path else os.getcwd(),
         )
+
+
+def _describe_torch(options: FileOptions) -> Optional[str]:
+    torch = options.torch_range()
+    if not torch.known:
+        return None
+    return f"{torch.describe()} (from {', '.join(torch.sources)})"
 
 
 def _parse_override(entry: str) -> Dict[str, object]:
@@ -239,7 +249,7 @@ def _check(args: argparse.Namespace) -> int:
         config = settings.config_for(target)
         options = settings.file_options(target)
         print(json.dumps({
-            "file": target, "config": config.path, "target-torch": ".".join(map(str, options.target_torch)) if options.target_torch else None,
+            "file": target, "config": config.path, "target-torch": _describe_torch(options),
             "enabled": sorted(r.code for r in options.rules), "rule-options": options.rule_options,
         }, indent=2))
         return 0
