@@ -36,7 +36,13 @@ _CUDA_ONLY = re.compile(r"(?i)(cuda|gpu)")
 # cuDNN, NCCL, Triton kernels, GPU benchmarks.
 _CUDA_ONLY_CODE = re.compile(r"(?i)(cuda|cudnn|gpu|triton|nccl|cutlass|nvidia|bench)")
 # Importing one of these makes a module CUDA-only by design.
-_CUDA_ONLY_MODULES = ("triton", "bitsandbytes", "cupy", "pycuda", "apex", "cutlass", "cuda", "tensorrt", "flash_attn")
+_CUDA_ONLY_MODULES = (
+    "triton", "bitsandbytes", "cupy", "pycuda", "apex", "cutlass", "cuda", "tensorrt", "flash_attn",
+    "transformer_engine", "msamp",
+)
+# Calls that raise without CUDA: made unconditionally, they make the module CUDA-only by design.
+_REQUIRES_CUDA_CALLS = frozenset({"torch.cuda.set_device"})
+_INIT_PROCESS_GROUP = frozenset({"torch.distributed.init_process_group", "torch.distributed.distributed_c10d.init_process_group"})
 # test_x.py, x_test.py, conftest.py, or anything under test/, tests/, testing/
 _TEST_PATH = re.compile(r"(^|/)(tests?|testing)/|(^|/)(test_[^/]*|[^/]*_tests?|conftest)\.pyi?$")
 # Classes whose ``device`` is a device *type* (GradScaler and autocast subclasses).
@@ -86,9 +92,14 @@ class HardcodedCudaDevice(Rule):
       whose name mentions CUDA, cuDNN, NCCL, Triton, a GPU or a benchmark
       (`def _forward_cuda`, `class CUDATestBase`, `def benchmark`); files
       whose path mentions them (`ops/cuda/`, `backends/cudnn/`,
-      `_triton_ops.py`); and modules that import `triton`, `bitsandbytes`,
-      `cupy`, `pycuda`, `apex`, `cutlass`, `cuda` (cuda-python), `tensorrt`
-      or `flash_attn`;
+      `_triton_ops.py`); modules that import `triton`, `bitsandbytes`,
+      `cupy`, `pycuda`, `apex`, `cutlass`, `cuda` (cuda-python), `tensorrt`,
+      `flash_attn`, `transformer_engine` or `msamp`, or a CUDA extension the
+      project builds (`CUDAExtension("name", …)` in its `setup.py`); and
+      modules that call `torch.cuda.set_device(...)` or set up an NCCL
+      process group (`init_process_group(backend="nccl")`,
+      `args.dist_backend = "nccl"`) unconditionally, which fails without
+      CUDA just as an assertion would;
     - in test modules (`test_*.py`, `*_test.py`, `conftest.py`, and files
       under `test/`, `tests/` or `testing/`): tests usually target a device
       on purpose. Set the `check-tests` option to check them too.
@@ -399,6 +410,8 @@ class HardcodedCudaDevice(Rule):
         self.cuda_only_file = any(_CUDA_ONLY_CODE.search(part) for part in path.split("/")[-3:])
         # device parameters with a CUDA default: function node -> {param name: [used, compared]}
         self.default_params: dict = {}
+        # An unconditional torch.cuda.set_device(...) or NCCL process group: CUDA-only by design.
+        self.requires_cuda = False
 
     # -- walk ------------------------------------------------------------------
     def visit_Call(self, node: cst.Call) -> None:
@@ -406,6 +419,8 @@ class HardcodedCudaDevice(Rule):
             return
         func = node.func
         qname = self.ctx.qualified_name(func) or ""
+        if not self.requires_cuda and self._needs_cuda(node, qname) and self._unconditional():
+            self.requires_cuda = True
         if qname.startswith(_EXEMPT_CALLEES):
             return
         if isinstance(func, cst.Attribute) and func.attr.value == "cuda":
@@ -461,6 +476,9 @@ class HardcodedCudaDevice(Rule):
                     params[operand.value][1] = True
 
     def visit_Assign(self, node: cst.Assign) -> None:
+        if len(node.targets) == 1 and _is_nccl(node.value) and (last_name(node.targets[0].target) or "").endswith("backend"):
+            if self._unconditional():
+                self.requires_cuda = True  # args.dist_backend = "nccl"
         if len(node.targets) == 1:
             target = node.targets[0].target
             if isinstance(target, cst.Name) and self.ctx.function is None and self._holds_device(target.value, node.value):
@@ -469,6 +487,28 @@ class HardcodedCudaDevice(Rule):
                 name = last_name(target)
                 if name and _DEVICE_NAME.match(name):
                     self._literal(node.value, f"`{dotted_name(target) or name} = {node.value.value}` hardcodes a CUDA device", fixable=False)
+
+    @staticmethod
+    def _needs_cuda(node: cst.Call, qname: str) -> bool:
+        if qname in _REQUIRES_CUDA_CALLS:
+            return True
+        if qname in _INIT_PROCESS_GROUP:
+            backend = next((a.value for a in node.args if a.keyword is not None and a.keyword.value == "backend"), None)
+            if backend is None and node.args and node.args[0].keyword is None:
+                backend = node.args[0].value
+            return backend is not None and _is_nccl(backend)
+        return False
+
+    def _unconditional(self) -> bool:
+        """Not under an ``if``, a ``try`` or a conditional expression (the
+        ``if __name__ == "__main__":`` guard aside): it runs whenever its
+        function does."""
+        for node in self.ctx.stack[:-1]:
+            if isinstance(node, cst.If) and not _is_main_guard(node):
+                return False
+            if isinstance(node, (cst.Try, cst.IfExp, cst.BooleanOperation)):
+                return False
+        return True
 
     def _holds_device(self, name: str, value: Optional[cst.CSTNode]) -> bool:
         if _DEVICE_NAME.match(name):
@@ -552,8 +592,10 @@ class HardcodedCudaDevice(Rule):
 
     # -- decide ------------------------------------------------------------------
     def finish(self) -> None:
-        if any(self.ctx.names.imports_module(m) for m in _CUDA_ONLY_MODULES):
-            return  # Triton kernels, bitsandbytes quantization: CUDA-only by design
+        if any(self.ctx.names.imports_module(m) for m in _CUDA_ONLY_MODULES + self.ctx.project.cuda_extensions):
+            return  # Triton kernels, bitsandbytes quantization, the project's own CUDA extensions: CUDA-only by design
+        if self.requires_cuda:
+            return  # torch.cuda.set_device(...) / an NCCL process group, unconditionally: CUDA-only by design
         if not self.opts["check-tests"] and _TEST_PATH.search(self.ctx.path.replace("\\", "/")):
             return
         for site, node, message, fix in self.candidates:
@@ -619,6 +661,19 @@ class HardcodedCudaDevice(Rule):
                     if _mentions(decorator.decorator, _CUDA_ONLY):
                         return True
         return False
+
+
+def _is_nccl(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.SimpleString) and node.evaluated_value == "nccl"
+
+
+def _is_main_guard(node: cst.If) -> bool:
+    test = node.test
+    return (
+        isinstance(test, cst.Comparison)
+        and isinstance(test.left, cst.Name)
+        and test.left.value == "__name__"
+    )
 
 
 def _mentions(node: cst.CSTNode, pattern: re.Pattern) -> bool:
