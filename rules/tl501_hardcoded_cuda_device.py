@@ -7,6 +7,7 @@ import libcst as cst
 
 from torchlint.analysis import Site, iter_subtree
 from torchlint.names import dotted_name, last_name
+from torchlint.project import CHECK_TESTS, is_test_module
 from torchlint.rule import DISPLAY_ONLY, SAFE, Fix, Invalid, Option, Rule, Valid
 
 _CUDA_LITERAL = re.compile(r"^cuda(:\d+)?$")
@@ -43,8 +44,6 @@ _CUDA_ONLY_MODULES = (
 # Calls that raise without CUDA: made unconditionally, they make the module CUDA-only by design.
 _REQUIRES_CUDA_CALLS = frozenset({"torch.cuda.set_device"})
 _INIT_PROCESS_GROUP = frozenset({"torch.distributed.init_process_group", "torch.distributed.distributed_c10d.init_process_group"})
-# test_x.py, x_test.py, conftest.py, or anything under test/, tests/, testing/
-_TEST_PATH = re.compile(r"(^|/)(tests?|testing)/|(^|/)(test_[^/]*|[^/]*_tests?|conftest)\.pyi?$")
 # Classes whose ``device`` is a device *type* (GradScaler and autocast subclasses).
 _DEVICE_TYPE_CLASS = re.compile(r"(?i)(scaler|autocast)")
 
@@ -172,7 +171,7 @@ class HardcodedCudaDevice(Rule):
     summary = "A `.cuda()` call or a `\"cuda\"` device literal ties code to CUDA"
     fix_availability = "sometimes"
     requires_any = ("cuda",)
-    options = {"check-tests": Option(bool, False, "also check test modules, which are skipped by default")}
+    options = {CHECK_TESTS: Option(bool, False, "also check test modules, which are skipped by default")}
 
     VALID = [
         Valid("""
@@ -596,7 +595,7 @@ class HardcodedCudaDevice(Rule):
             return  # Triton kernels, bitsandbytes quantization, the project's own CUDA extensions: CUDA-only by design
         if self.requires_cuda:
             return  # torch.cuda.set_device(...) / an NCCL process group, unconditionally: CUDA-only by design
-        if not self.opts["check-tests"] and _TEST_PATH.search(self.ctx.path.replace("\\", "/")):
+        if not self.opts[CHECK_TESTS] and is_test_module(self.ctx.path):
             return
         for site, node, message, fix in self.candidates:
             if site.under_cuda_guard() or self._device_chosen(site) or self._cuda_only_by_design(site) or self._passed_as_device_type(site):

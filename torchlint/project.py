@@ -425,6 +425,17 @@ def project_facts(path: str) -> ProjectFacts:
     return _facts_for_root(root) if root is not None else ProjectFacts()
 
 
+# test_x.py, x_test.py, conftest.py, or anything under test/, tests/, testing/
+_TEST_PATH = re.compile(r"(^|/)(tests?|testing)/|(^|/)(test_[^/]*|[^/]*_tests?|conftest)\.pyi?$")
+CHECK_TESTS = "check-tests"
+
+
+def is_test_module(path: str) -> bool:
+    """A test module: rules about performance and portability skip these by
+    default (a test targets a device, or skips no-grad, on purpose)."""
+    return bool(_TEST_PATH.search(path.replace("\\", "/")))
+
+
 def with_target(facts: Optional[ProjectFacts], explicit: Optional[Version]) -> ProjectFacts:
     """``facts`` with the explicit ``target-torch`` (if any) replacing the declared range."""
     facts = facts or ProjectFacts()
