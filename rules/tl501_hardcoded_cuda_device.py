@@ -7,7 +7,7 @@ import libcst as cst
 
 from torchlint.analysis import Site, iter_subtree
 from torchlint.names import dotted_name, last_name
-from torchlint.project import CHECK_TESTS, is_test_module
+from torchlint.project import CHECK_TESTS, is_test_module, requires_cuda
 from torchlint.rule import DISPLAY_ONLY, SAFE, Fix, Invalid, Option, Rule, Valid
 
 _CUDA_LITERAL = re.compile(r"^cuda(:\d+)?$")
@@ -41,9 +41,7 @@ _CUDA_ONLY_MODULES = (
     "triton", "bitsandbytes", "cupy", "pycuda", "apex", "cutlass", "cuda", "tensorrt", "flash_attn",
     "transformer_engine", "msamp",
 )
-# Calls that raise without CUDA: made unconditionally, they make the module CUDA-only by design.
-_REQUIRES_CUDA_CALLS = frozenset({"torch.cuda.set_device"})
-_INIT_PROCESS_GROUP = frozenset({"torch.distributed.init_process_group", "torch.distributed.distributed_c10d.init_process_group"})
+
 # Classes whose ``device`` is a device *type* (GradScaler and autocast subclasses).
 _DEVICE_TYPE_CLASS = re.compile(r"(?i)(scaler|autocast)")
 
@@ -98,7 +96,8 @@ class HardcodedCudaDevice(Rule):
       modules that call `torch.cuda.set_device(...)` or set up an NCCL
       process group (`init_process_group(backend="nccl")`,
       `args.dist_backend = "nccl"`) unconditionally, which fails without
-      CUDA just as an assertion would;
+      CUDA just as an assertion would, and modules that import such a
+      module of the same project (`import mypkg.distributed`);
     - in test modules (`test_*.py`, `*_test.py`, `conftest.py`, and files
       under `test/`, `tests/` or `testing/`): tests usually target a device
       on purpose. Set the `check-tests` option to check them too.
@@ -409,8 +408,6 @@ class HardcodedCudaDevice(Rule):
         self.cuda_only_file = any(_CUDA_ONLY_CODE.search(part) for part in path.split("/")[-3:])
         # device parameters with a CUDA default: function node -> {param name: [used, compared]}
         self.default_params: dict = {}
-        # An unconditional torch.cuda.set_device(...) or NCCL process group: CUDA-only by design.
-        self.requires_cuda = False
 
     # -- walk ------------------------------------------------------------------
     def visit_Call(self, node: cst.Call) -> None:
@@ -418,8 +415,6 @@ class HardcodedCudaDevice(Rule):
             return
         func = node.func
         qname = self.ctx.qualified_name(func) or ""
-        if not self.requires_cuda and self._needs_cuda(node, qname) and self._unconditional():
-            self.requires_cuda = True
         if qname.startswith(_EXEMPT_CALLEES):
             return
         if isinstance(func, cst.Attribute) and func.attr.value == "cuda":
@@ -475,9 +470,6 @@ class HardcodedCudaDevice(Rule):
                     params[operand.value][1] = True
 
     def visit_Assign(self, node: cst.Assign) -> None:
-        if len(node.targets) == 1 and _is_nccl(node.value) and (last_name(node.targets[0].target) or "").endswith("backend"):
-            if self._unconditional():
-                self.requires_cuda = True  # args.dist_backend = "nccl"
         if len(node.targets) == 1:
             target = node.targets[0].target
             if isinstance(target, cst.Name) and self.ctx.function is None and self._holds_device(target.value, node.value):
@@ -486,28 +478,6 @@ class HardcodedCudaDevice(Rule):
                 name = last_name(target)
                 if name and _DEVICE_NAME.match(name):
                     self._literal(node.value, f"`{dotted_name(target) or name} = {node.value.value}` hardcodes a CUDA device", fixable=False)
-
-    @staticmethod
-    def _needs_cuda(node: cst.Call, qname: str) -> bool:
-        if qname in _REQUIRES_CUDA_CALLS:
-            return True
-        if qname in _INIT_PROCESS_GROUP:
-            backend = next((a.value for a in node.args if a.keyword is not None and a.keyword.value == "backend"), None)
-            if backend is None and node.args and node.args[0].keyword is None:
-                backend = node.args[0].value
-            return backend is not None and _is_nccl(backend)
-        return False
-
-    def _unconditional(self) -> bool:
-        """Not under an ``if``, a ``try`` or a conditional expression (the
-        ``if __name__ == "__main__":`` guard aside): it runs whenever its
-        function does."""
-        for node in self.ctx.stack[:-1]:
-            if isinstance(node, cst.If) and not _is_main_guard(node):
-                return False
-            if isinstance(node, (cst.Try, cst.IfExp, cst.BooleanOperation)):
-                return False
-        return True
 
     def _holds_device(self, name: str, value: Optional[cst.CSTNode]) -> bool:
         if _DEVICE_NAME.match(name):
@@ -591,9 +561,9 @@ class HardcodedCudaDevice(Rule):
 
     # -- decide ------------------------------------------------------------------
     def finish(self) -> None:
-        if any(self.ctx.names.imports_module(m) for m in _CUDA_ONLY_MODULES + self.ctx.project.cuda_extensions):
-            return  # Triton kernels, bitsandbytes quantization, the project's own CUDA extensions: CUDA-only by design
-        if self.requires_cuda:
+        if any(self.ctx.names.imports_module(m) for m in _CUDA_ONLY_MODULES + self.ctx.project.cuda_only_imports):
+            return  # Triton kernels, bitsandbytes, the project's CUDA extensions or CUDA-only modules: CUDA-only by design
+        if requires_cuda(self.ctx.source):
             return  # torch.cuda.set_device(...) / an NCCL process group, unconditionally: CUDA-only by design
         if not self.opts[CHECK_TESTS] and is_test_module(self.ctx.path):
             return
@@ -660,19 +630,6 @@ class HardcodedCudaDevice(Rule):
                     if _mentions(decorator.decorator, _CUDA_ONLY):
                         return True
         return False
-
-
-def _is_nccl(node: cst.BaseExpression) -> bool:
-    return isinstance(node, cst.SimpleString) and node.evaluated_value == "nccl"
-
-
-def _is_main_guard(node: cst.If) -> bool:
-    test = node.test
-    return (
-        isinstance(test, cst.Comparison)
-        and isinstance(test.left, cst.Name)
-        and test.left.value == "__name__"
-    )
 
 
 def _mentions(node: cst.CSTNode, pattern: re.Pattern) -> bool:

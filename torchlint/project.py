@@ -109,6 +109,13 @@ class ProjectFacts:
     torch: TorchRange = field(default_factory=TorchRange)
     # CUDA extension modules the project builds (setup.py ``CUDAExtension(name)``).
     cuda_extensions: Tuple[str, ...] = ()
+    # The project's own modules that require CUDA (see ``requires_cuda``), as dotted names.
+    cuda_only_modules: Tuple[str, ...] = ()
+
+    @property
+    def cuda_only_imports(self) -> Tuple[str, ...]:
+        """Importing one of these makes a module CUDA-only by design."""
+        return self.cuda_extensions + self.cuda_only_modules
 
 
 # -- requirement specifiers ------------------------------------------------------
@@ -382,22 +389,96 @@ def api_floor(text: str) -> Optional[Tuple[Version, str]]:
     return best
 
 
-def project_api_floor(root: str) -> Optional[Tuple[Version, str]]:
+_REQUIRES_CUDA_HINT = re.compile(r"set_device|nccl")
+
+
+def requires_cuda(text: str) -> bool:
+    """Does the module, unconditionally, call ``torch.cuda.set_device(...)``
+    or set up an NCCL process group (``init_process_group(backend="nccl")``,
+    ``args.dist_backend = "nccl"``)? Both fail without CUDA, as an assertion
+    would. Inside a function counts (it runs whenever the function does);
+    under an ``if``/``try``/conditional expression does not, except the
+    ``if __name__ == "__main__":`` guard."""
+    if not _REQUIRES_CUDA_HINT.search(text):
+        return False
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError):
+        return False
+    return _requires_cuda(tree.body)
+
+
+def _requires_cuda(body: List[ast.stmt]) -> bool:
+    for statement in body:
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            if _requires_cuda(statement.body):
+                return True
+        elif isinstance(statement, ast.If):
+            test = statement.test
+            if isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and test.left.id == "__name__":
+                if _requires_cuda(statement.body):
+                    return True
+        elif isinstance(statement, (ast.Expr, ast.Assign)) and _needs_cuda(statement):
+            return True
+    return False
+
+
+def _needs_cuda(statement: ast.stmt) -> bool:
+    if isinstance(statement, ast.Assign):
+        target = statement.targets[0]
+        name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
+        return name.endswith("backend") and _is_nccl(statement.value)
+    call = statement.value  # type: ignore[attr-defined]
+    if not isinstance(call, ast.Call):
+        return False
+    func = call.func
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+    if name == "set_device":
+        owner = func.value if isinstance(func, ast.Attribute) else None
+        return isinstance(owner, ast.Attribute) and owner.attr == "cuda"
+    if name == "init_process_group":
+        backend = next((k.value for k in call.keywords if k.arg == "backend"), call.args[0] if call.args else None)
+        return backend is not None and _is_nccl(backend)
+    return False
+
+
+def _is_nccl(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and node.value == "nccl"
+
+
+def _module_name(relpath: str) -> str:
+    parts = relpath[:-3].replace(os.sep, "/").split("/")
+    if parts and parts[0] == "src":
+        parts = parts[1:]
+    if parts and parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def scan_sources(root: str) -> Tuple[Optional[Tuple[Version, str]], Tuple[str, ...]]:
+    """One pass over the project's Python files: the newest API they use
+    (unguarded), and the modules that require CUDA."""
     best: Optional[Tuple[Version, str]] = None
+    cuda_only: List[str] = []
     scanned = 0
     for directory, dirs, files in os.walk(root):
         dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not d.startswith("."))
-        for name in files:
+        for name in sorted(files):
             if not name.endswith(".py"):
                 continue
             scanned += 1
             if scanned > _SCAN_LIMIT:
-                return best
+                return best, tuple(cuda_only)
             text = _read(os.path.join(directory, name))
-            found = api_floor(text) if text else None
+            if not text:
+                continue
+            relpath = os.path.relpath(os.path.join(directory, name), root)
+            found = api_floor(text)
             if found is not None and (best is None or found[0] > best[0]):
-                best = (found[0], f"{found[1]} in {os.path.relpath(os.path.join(directory, name), root)}")
-    return best
+                best = (found[0], f"{found[1]} in {relpath}")
+            if requires_cuda(text):
+                cuda_only.append(_module_name(relpath))
+    return best, tuple(m for m in cuda_only if m)
 
 
 def raise_floor(torch: TorchRange, floor: Optional[Tuple[Version, str]]) -> TorchRange:
@@ -410,9 +491,10 @@ def raise_floor(torch: TorchRange, floor: Optional[Tuple[Version, str]]) -> Torc
 @functools.lru_cache(maxsize=256)
 def _facts_for_root(root: str) -> ProjectFacts:
     declared, extensions = declared_range(root)
+    floor, cuda_only = scan_sources(root)
     if EXPLICIT not in declared.sources:
-        declared = raise_floor(declared, project_api_floor(root))
-    return ProjectFacts(root=root, torch=declared, cuda_extensions=extensions)
+        declared = raise_floor(declared, floor)
+    return ProjectFacts(root=root, torch=declared, cuda_extensions=extensions, cuda_only_modules=cuda_only)
 
 
 def project_facts(path: str) -> ProjectFacts:
