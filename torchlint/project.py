@@ -300,12 +300,23 @@ def from_dockerfile(text: str) -> Tuple[List[Tuple[Version, Version]], List[str]
 def find_root(directory: str) -> Optional[str]:
     current = os.path.abspath(directory)
     while True:
-        if any(os.path.exists(os.path.join(current, marker)) for marker in _ROOT_MARKERS):
+        if any(_is_root_marker(os.path.join(current, marker)) for marker in _ROOT_MARKERS):
             return current
         parent = os.path.dirname(current)
         if parent == current:
             return None
         current = parent
+
+
+def _is_root_marker(path: str) -> bool:
+    """A marker file exists; a ``setup.py`` must be a packaging script (a
+    package may have a module of that name, ``pkg/eval/setup.py``)."""
+    if not os.path.exists(path):
+        return False
+    if not path.endswith("setup.py"):
+        return True
+    text = _read(path) or ""
+    return "setuptools" in text or "distutils" in text or "setup(" in text and "install_requires" in text
 
 
 def _manifest_paths(root: str) -> Iterable[Tuple[str, str]]:

@@ -112,7 +112,7 @@ def test_requirements_files(tmp_path):
 
 
 def test_environment_yml(tmp_path):
-    torch = facts(tmp_path, {"setup.py": "", "environment.yml": """
+    torch = facts(tmp_path, {".git/HEAD": "", "environment.yml": """
         name: x
         dependencies:
           - python=3.9
@@ -128,7 +128,7 @@ def test_environment_yml(tmp_path):
      ("nvcr.io/nvidia/pytorch:22.12-py3", (2, 0)), ("pytorch/pytorch:2.4.1-cuda12.1-cudnn9-runtime", (2, 4))],
 )
 def test_dockerfile_base_image(tmp_path, image, version):
-    torch = facts(tmp_path, {"setup.py": "", "Dockerfile": f"FROM {image} AS base\nRUN pip install -r requirements.txt\n"})
+    torch = facts(tmp_path, {".git/HEAD": "", "Dockerfile": f"FROM {image} AS base\nRUN pip install -r requirements.txt\n"})
     assert (torch.lower, torch.upper) == (version, version)
 
 
@@ -156,7 +156,7 @@ def test_pinned_sources_conflict_union(tmp_path):
 def test_api_use_raises_the_floor(tmp_path):
     torch = facts(tmp_path, {
         "requirements.txt": "torch>=1.8\n",
-        "setup.py": "",
+        ".git/HEAD": "",
         "pkg/train.py": "import torch\nmodel = torch.compile(model)\n",
     })
     assert torch.lower == (2, 0)
@@ -164,13 +164,13 @@ def test_api_use_raises_the_floor(tmp_path):
 
 
 def test_accelerator_beats_a_pin_below_it(tmp_path):
-    torch = facts(tmp_path, {"requirements.txt": "torch==2.1\n", "setup.py": "", "a.py": "import torch\ntorch.accelerator.synchronize()\n"})
+    torch = facts(tmp_path, {"requirements.txt": "torch==2.1\n", ".git/HEAD": "", "a.py": "import torch\ntorch.accelerator.synchronize()\n"})
     assert (torch.lower, torch.upper) == ((2, 6), None)
 
 
 def test_probed_api_use_does_not_count(tmp_path):
     source = "import torch\nif hasattr(torch, 'compile'):\n    model = torch.compile(model)\n"
-    torch = facts(tmp_path, {"requirements.txt": "torch>=1.8\n", "setup.py": "", "a.py": source})
+    torch = facts(tmp_path, {"requirements.txt": "torch>=1.8\n", ".git/HEAD": "", "a.py": source})
     assert torch.lower == (1, 8)
 
 
@@ -234,3 +234,14 @@ def test_show_settings_names_the_sources(tmp_path, capsys, monkeypatch):
     main(["check", "--isolated", "--show-settings", "train.py"])
     settings = json.loads(capsys.readouterr().out)
     assert settings["target-torch"] == ">=1.13 (from setup.py)"
+
+
+def test_a_module_named_setup_is_not_a_project_root(tmp_path):
+    make_tree(tmp_path, {
+        "setup.py": "from setuptools import setup\nsetup(name='x', install_requires=['torch>=2.1'])\n",
+        "pkg/eval/setup.py": "def setup(args):\n    return args\n",
+    })
+    project._facts_for_root.cache_clear()
+    found = project.project_facts(str(tmp_path / "pkg" / "eval" / "linear.py"))
+    assert found.root == str(tmp_path)
+    assert found.torch.lower == (2, 1)
