@@ -39,7 +39,7 @@ _CUDA_ONLY_CODE = re.compile(r"(?i)(cuda|cudnn|gpu|triton|nccl|cutlass|nvidia|be
 # Importing one of these makes a module CUDA-only by design.
 _CUDA_ONLY_MODULES = (
     "triton", "bitsandbytes", "cupy", "pycuda", "apex", "cutlass", "cuda", "tensorrt", "flash_attn",
-    "transformer_engine", "msamp",
+    "transformer_engine", "msamp", "vllm",
 )
 
 # Classes whose ``device`` is a device *type* (GradScaler and autocast subclasses).
@@ -91,7 +91,7 @@ class HardcodedCudaDevice(Rule):
       whose path mentions them (`ops/cuda/`, `backends/cudnn/`,
       `_triton_ops.py`); modules that import `triton`, `bitsandbytes`,
       `cupy`, `pycuda`, `apex`, `cutlass`, `cuda` (cuda-python), `tensorrt`,
-      `flash_attn`, `transformer_engine` or `msamp`, or a CUDA extension the
+      `flash_attn`, `transformer_engine`, `msamp` or `vllm`, or a CUDA extension the
       project builds (`CUDAExtension("name", …)` in its `setup.py`); and
       modules that call `torch.cuda.set_device(...)` or set up an NCCL
       process group (`init_process_group(backend="nccl")`,
