@@ -313,14 +313,10 @@ class EmptyCacheInLoop(Rule):
                     if name in info.calls and info.name not in callers and info.name not in epoch_functions:
                         callers.add(info.name)
                         frontier.append(info.name)
-        for loop in facts.loops.values():
-            per_batch = loop.iterates_data or loop.trains or loop.pulls_batches or any(
+
+        def per_batch(loop: LoopInfo) -> bool:
+            return loop.iterates_data or loop.trains or loop.pulls_batches or any(
                 facts.function_trains(name) and name not in epoch_functions for name in loop.calls
             )
-            if not per_batch or (loop.function is not None and loop.function.name in callers):
-                continue
-            for name in callers & loop.calls:
-                for site in loop.call_sites.get(name, ()):
-                    if not site.in_exception_path() and not site.under_periodic_guard(within=loop):
-                        return loop
-        return None
+
+        return self.ctx.facts_batch_caller(helper, callers, per_batch)

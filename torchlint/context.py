@@ -6,7 +6,7 @@ walker calls before any rule sees the node.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -74,12 +74,19 @@ class FileContext:
     def qualified_name(self, node: cst.CSTNode) -> Optional[str]:
         return self.names.qualified_name(node)
 
-    def facts_batch_caller(self, function: FunctionInfo) -> Optional[LoopInfo]:
+    def facts_batch_caller(
+        self,
+        function: FunctionInfo,
+        callers: Optional[Set[str]] = None,
+        is_batch_loop: Optional[Callable[[LoopInfo], bool]] = None,
+    ) -> Optional[LoopInfo]:
         """A batch loop that calls ``function`` (perhaps through other module
-        functions) at a site that runs every iteration. Exact after the walk."""
-        callers = self.facts.callers_of(function)
+        functions) at a site that runs every iteration. Exact after the walk.
+        ``callers`` and ``is_batch_loop`` replace the defaults (every module
+        function reaching ``function``; ``LoopInfo.is_batch_loop``)."""
+        callers = self.facts.callers_of(function) if callers is None else callers
         for loop in self.facts.loops.values():
-            if loop.function is function or not loop.is_batch_loop:
+            if loop.function is function or not (loop.is_batch_loop if is_batch_loop is None else is_batch_loop(loop)):
                 continue
             for name in callers & loop.calls:
                 for site in loop.call_sites.get(name, ()):
