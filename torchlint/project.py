@@ -20,9 +20,13 @@ yes. The supported versions come from, in this order:
    that one of them admits;
 3. the APIs the code uses raise the lower bound: ``torch.accelerator`` exists
    from 2.6, ``torch.amp.GradScaler`` from 2.3, ``torch.compile`` from 2.0.
-   A file that tests the torch version or probes with ``hasattr(torch, …)``
-   does not count (it adapts to older versions). When the API floor is above
-   a manifest's upper bound, the code wins and the upper bound is dropped.
+   A file's own API use raises its floor; the whole project's API use raises
+   the project's floor only when no manifest declares a lower bound (a
+   declared bound stands for the package, whose examples and tests may use
+   newer APIs). A file that tests the torch version or probes with
+   ``hasattr(torch, …)`` does not count (it adapts to older versions). When
+   the API floor is above a manifest's upper bound, the code wins and the
+   upper bound is dropped.
 
 Versions are ``(major, minor)`` tuples; bounds are inclusive.
 """
@@ -503,7 +507,10 @@ def raise_floor(torch: TorchRange, floor: Optional[Tuple[Version, str]]) -> Torc
 def _facts_for_root(root: str) -> ProjectFacts:
     declared, extensions = declared_range(root)
     floor, cuda_only = scan_sources(root)
-    if EXPLICIT not in declared.sources:
+    if declared.lower is None:
+        # Nothing declares the oldest torch: the project's own API use shows it.
+        # (A declared bound stands for the package; an example or a test that
+        # uses a newer API raises the floor of that file only, see for_file.)
         declared = raise_floor(declared, floor)
     return ProjectFacts(root=root, torch=declared, cuda_extensions=extensions, cuda_only_modules=cuda_only)
 

@@ -153,18 +153,29 @@ def test_pinned_sources_conflict_union(tmp_path):
     assert (torch.lower, torch.upper) == ((1, 8), (2, 1))
 
 
-def test_api_use_raises_the_floor(tmp_path):
+def test_project_api_use_sets_the_floor_when_nothing_is_declared(tmp_path):
     torch = facts(tmp_path, {
-        "requirements.txt": "torch>=1.8\n",
         ".git/HEAD": "",
         "pkg/train.py": "import torch\nmodel = torch.compile(model)\n",
+        "pkg/data.py": "import torch\n",
     })
     assert torch.lower == (2, 0)
     assert torch.sources[-1] == "torch.compile in pkg/train.py"
 
 
+def test_a_declared_floor_stands_for_the_package_and_a_file_raises_its_own(tmp_path):
+    """An example that uses torch.compile needs 2.0; the package still supports 1.8."""
+    example = "import torch\nmodel = torch.compile(model)\n"
+    torch = facts(tmp_path, {"requirements.txt": "torch>=1.8\n", ".git/HEAD": "", "examples/fast.py": example})
+    assert torch.lower == (1, 8)
+    raised = project.for_file(project.project_facts(str(tmp_path / "examples" / "fast.py")), example)
+    assert raised.lower == (2, 0) and raised.sources[-1] == "torch.compile"
+
+
 def test_accelerator_beats_a_pin_below_it(tmp_path):
-    torch = facts(tmp_path, {"requirements.txt": "torch==2.1\n", ".git/HEAD": "", "a.py": "import torch\ntorch.accelerator.synchronize()\n"})
+    source = "import torch\ntorch.accelerator.synchronize()\n"
+    facts(tmp_path, {"requirements.txt": "torch==2.1\n", ".git/HEAD": "", "a.py": source})
+    torch = project.for_file(project.project_facts(str(tmp_path / "a.py")), source)
     assert (torch.lower, torch.upper) == ((2, 6), None)
 
 
