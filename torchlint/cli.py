@@ -13,6 +13,7 @@ from collections import Counter
 from typing import Dict, List, Optional, Sequence, TextIO, Tuple
 
 from torchlint import __version__
+from torchlint.cache import CACHE_DIR_ENV, DEFAULT_DIR, ResultCache
 from torchlint.config import OUTPUT_FORMATS, Config, ConfigError, ConfigFinder, apply_table, parse_version
 from torchlint.discovery import DiscoveryOptions, discover
 from torchlint.linter import FileOptions, syntax_error
@@ -85,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     files.add_argument("--show-files", action="store_true", help="list the files that would be linted, then exit")
     files.add_argument("--show-settings", action="store_true", help="show the settings for the first file, then exit")
     files.add_argument("-j", "--jobs", type=int, default=None, help="worker processes (default: all cores)")
+    files.add_argument("--no-cache", action="store_true", help=f"lint every file again; do not read or write the result cache ({DEFAULT_DIR}/, or ${CACHE_DIR_ENV})")
     parser.add_argument("--version", action="version", version=f"torchlint {__version__}")
     return parser
 
@@ -258,7 +260,8 @@ def _check(args: argparse.Namespace) -> int:
         config = settings.config_for(path)
         jobs.append(Job(path, settings.file_options(path), mode, settings.unsafe_fixes(config), settings.fixable(config), args.add_noqa or None))
     workers = args.jobs if args.jobs is not None else default_workers()
-    results = run(jobs, max(1, workers))
+    cache = ResultCache() if mode == CHECK and not args.no_cache else None
+    results = run(jobs, max(1, workers), cache)
     results.extend(FileResult(path, [syntax_error(path, f"{reason} (os error 2)")]) for path, reason in missing)
     unsafe = settings.unsafe_fixes(settings.config_for(os.path.join(os.getcwd(), "x.py")))
     return _finish(args, results, mode, unsafe, sys.stdout)
