@@ -81,7 +81,8 @@ class ResultCache:
         if fingerprint is None:
             fingerprint = self._options[id(options)] = hashlib.sha256(options_fingerprint(options).encode()).hexdigest()
         digest = hashlib.sha256()
-        for part in (self._code, fingerprint, os.path.abspath(path)):
+        # The path as given is in the stored findings; the absolute one names the file.
+        for part in (self._code, fingerprint, path, os.path.abspath(path)):
             digest.update(part.encode("utf-8", "surrogatepass"))
             digest.update(b"\0")
         digest.update(data)
