@@ -301,7 +301,9 @@ def from_dockerfile(text: str) -> Tuple[List[Tuple[Version, Version]], List[str]
 
 
 # -- discovery -------------------------------------------------------------------
+@functools.lru_cache(maxsize=4096)
 def find_root(directory: str) -> Optional[str]:
+    """The nearest directory at or above ``directory`` with a root marker."""
     current = os.path.abspath(directory)
     while True:
         if any(_is_root_marker(os.path.join(current, marker)) for marker in _ROOT_MARKERS):
@@ -513,6 +515,13 @@ def _facts_for_root(root: str) -> ProjectFacts:
         # uses a newer API raises the floor of that file only, see for_file.)
         declared = raise_floor(declared, floor)
     return ProjectFacts(root=root, torch=declared, cuda_extensions=extensions, cuda_only_modules=cuda_only)
+
+
+def clear_caches() -> None:
+    """Forget the roots and facts found so far (a long-lived process whose
+    project files changed; tests)."""
+    find_root.cache_clear()
+    _facts_for_root.cache_clear()
 
 
 def project_facts(path: str) -> ProjectFacts:

@@ -25,7 +25,7 @@ def tree(tmp_path, monkeypatch):
     (root / "b.py").write_text(AMP)
     (root / "c.py").write_text("x = 1\n")
     monkeypatch.setenv("TORCHLINT_CACHE_DIR", str(tmp_path / "cache"))
-    project._facts_for_root.cache_clear()
+    project.clear_caches()
     return root
 
 
@@ -68,7 +68,7 @@ def test_an_edit_relints_only_that_file(tree, capsys, linted):
 def test_a_project_fact_relints_the_files_that_depend_on_it(tree, capsys, linted):
     assert lint(tree, capsys)[1] == [("a.py", "TL101", 4)]
     (tree / "requirements.txt").write_text("torch>=2.4\n")
-    project._facts_for_root.cache_clear()
+    project.clear_caches()
     code, found = lint(tree, capsys)
     assert linted[-1] == ["a.py", "b.py", "c.py"]
     assert ("b.py", "TL402", 2) in found

@@ -30,7 +30,7 @@ def make_tree(root: pathlib.Path, files: dict) -> pathlib.Path:
 
 def facts(root: pathlib.Path, files: dict) -> project.TorchRange:
     make_tree(root, files)
-    project._facts_for_root.cache_clear()
+    project.clear_caches()
     return project.project_facts(str(root / "train.py")).torch
 
 
@@ -92,7 +92,7 @@ def test_setup_py_and_its_cuda_extensions(tmp_path):
             ext_modules=[CUDAExtension("fused_ops_cuda", ["a.cu"]), CUDAExtension(name="pkg._C", sources=[])],
         )
     """})
-    project._facts_for_root.cache_clear()
+    project.clear_caches()
     found = project.project_facts(str(tmp_path / "train.py"))
     assert (found.torch.lower, found.torch.upper) == ((1, 8), (2, 1))
     assert found.cuda_extensions == ("fused_ops_cuda", "pkg._C")
@@ -225,7 +225,7 @@ def _flake8_findings(path: pathlib.Path):
 )
 def test_cli_and_flake8_see_the_same_project_facts(tmp_path, capsys, manifests, expected):
     make_tree(tmp_path, {".git/HEAD": "", "src/train.py": AMP_SCRIPT, **manifests})
-    project._facts_for_root.cache_clear()
+    project.clear_caches()
     script = tmp_path / "src" / "train.py"
     assert _cli_findings(script, capsys) == expected
     assert _flake8_findings(script) == expected
@@ -233,13 +233,13 @@ def test_cli_and_flake8_see_the_same_project_facts(tmp_path, capsys, manifests, 
 
 def test_command_line_target_beats_manifests(tmp_path, capsys):
     make_tree(tmp_path, {".git/HEAD": "", "train.py": AMP_SCRIPT, "requirements.txt": "torch==1.9\n"})
-    project._facts_for_root.cache_clear()
+    project.clear_caches()
     assert _cli_findings(tmp_path / "train.py", capsys, "--target-torch", "2.5") == [("TL402", 2), ("TL402", 3)]
 
 
 def test_show_settings_names_the_sources(tmp_path, capsys, monkeypatch):
     make_tree(tmp_path, {"setup.py": "setup(install_requires=['torch>=1.13'])", "train.py": AMP_SCRIPT})
-    project._facts_for_root.cache_clear()
+    project.clear_caches()
     monkeypatch.chdir(tmp_path)
     capsys.readouterr()
     main(["check", "--isolated", "--show-settings", "train.py"])
@@ -252,7 +252,7 @@ def test_a_module_named_setup_is_not_a_project_root(tmp_path):
         "setup.py": "from setuptools import setup\nsetup(name='x', install_requires=['torch>=2.1'])\n",
         "pkg/eval/setup.py": "def setup(args):\n    return args\n",
     })
-    project._facts_for_root.cache_clear()
+    project.clear_caches()
     found = project.project_facts(str(tmp_path / "pkg" / "eval" / "linear.py"))
     assert found.root == str(tmp_path)
     assert found.torch.lower == (2, 1)
