@@ -147,7 +147,7 @@ class Settings:
         config = self.config_for(path)
         ignores = parse_per_file_ignores(config.per_file_ignores, config.root, self.rules) + self.cli_ignores
         skipped = ignored_for(path, ignores)
-        project = project_facts(path)
+        project = project_facts(path, read_config=not self.args.isolated)
         key = (id(config), skipped, project.root)
         cached = self._options.get(key)
         if cached is None:

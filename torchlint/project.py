@@ -351,7 +351,7 @@ def _manifest_paths(root: str) -> Iterable[Tuple[str, str]]:
                 yield "dockerfile", path
 
 
-def declared_range(root: str) -> Tuple[TorchRange, Tuple[str, ...]]:
+def declared_range(root: str, read_config: bool = True) -> Tuple[TorchRange, Tuple[str, ...]]:
     """The union of the torch ranges the project's manifests declare, and the
     CUDA extensions its setup.py builds."""
     ranges: List[Tuple[Optional[Version], Optional[Version], str]] = []
@@ -363,7 +363,7 @@ def declared_range(root: str) -> Tuple[TorchRange, Tuple[str, ...]]:
         requirements: List[str] = []
         if kind == "pyproject":
             requirements, explicit = from_pyproject(text)
-            if explicit is not None:
+            if explicit is not None and read_config:
                 return TorchRange(explicit, None, (EXPLICIT,)), tuple(extensions)
         elif kind == "setup.py":
             requirements, built = from_setup_py(text)
@@ -506,8 +506,8 @@ def raise_floor(torch: TorchRange, floor: Optional[Tuple[Version, str]]) -> Torc
 
 
 @functools.lru_cache(maxsize=256)
-def _facts_for_root(root: str) -> ProjectFacts:
-    declared, extensions = declared_range(root)
+def _facts_for_root(root: str, read_config: bool = True) -> ProjectFacts:
+    declared, extensions = declared_range(root, read_config)
     floor, cuda_only = scan_sources(root)
     if declared.lower is None:
         # Nothing declares the oldest torch: the project's own API use shows it.
@@ -524,14 +524,15 @@ def clear_caches() -> None:
     _facts_for_root.cache_clear()
 
 
-def project_facts(path: str) -> ProjectFacts:
-    """The facts of the project that ``path`` (a file or directory) belongs to."""
+def project_facts(path: str, read_config: bool = True) -> ProjectFacts:
+    """The facts of the project that ``path`` (a file or directory) belongs to.
+    ``read_config=False`` (``--isolated``) ignores ``[tool.torchlint] target-torch``."""
     if not path or path == "-":
         return ProjectFacts()
     absolute = os.path.abspath(path)
     directory = absolute if os.path.isdir(absolute) else os.path.dirname(absolute)
     root = find_root(directory)
-    return _facts_for_root(root) if root is not None else ProjectFacts()
+    return _facts_for_root(root, read_config) if root is not None else ProjectFacts()
 
 
 # test_x.py, x_test.py, conftest.py, or anything under test/, tests/, testing/

@@ -80,6 +80,8 @@ def test_pyproject_explicit_target_torch_wins(tmp_path):
         "requirements.txt": "torch==1.9\n",
     })
     assert (torch.lower, torch.upper, torch.sources) == ((2, 4), None, ("target-torch",))
+    isolated = project.project_facts(str(tmp_path / "train.py"), read_config=False).torch  # --isolated
+    assert (isolated.lower, isolated.upper) == ((1, 8), None)
 
 
 def test_setup_py_and_its_cuda_extensions(tmp_path):
