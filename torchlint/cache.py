@@ -22,10 +22,10 @@ import hashlib
 import json
 import os
 import pickle
-import tempfile
 from typing import TYPE_CHECKING, Optional
 
 from torchlint import __version__
+from torchlint.source import write_atomic
 
 if TYPE_CHECKING:  # pragma: no cover
     from torchlint.linter import FileOptions
@@ -106,17 +106,7 @@ class ResultCache:
         try:
             self._prepare()
             os.makedirs(os.path.dirname(entry), exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".entry-", dir=os.path.dirname(entry))
-            try:
-                with os.fdopen(fd, "wb") as handle:
-                    pickle.dump(result, handle, protocol=pickle.HIGHEST_PROTOCOL)
-                os.replace(tmp, entry)
-            except BaseException:
-                try:
-                    os.unlink(tmp)
-                except OSError:
-                    pass
-                raise
+            write_atomic(entry, pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL), durable=False)
         except OSError:
             return
         self.stored += 1

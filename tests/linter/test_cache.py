@@ -113,7 +113,7 @@ def test_parallel_runs_share_one_cache(tmp_path):
     runs = [subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env) for _ in range(3)]
     outputs = [sorted((d["filename"], d["code"]) for d in json.loads(run.communicate()[0])) for run in runs]
     assert outputs[0] == outputs[1] == outputs[2] and len(outputs[0]) == 20
-    leftovers = [p for p in (tmp_path / "cache").rglob(".entry-*")]
+    leftovers = [p for p in (tmp_path / "cache").rglob(".torchlint-*")]
     assert leftovers == []
     warm = subprocess.run(command, capture_output=True, text=True, env=env)
     assert sorted((d["filename"], d["code"]) for d in json.loads(warm.stdout)) == outputs[0]
