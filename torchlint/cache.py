@@ -77,9 +77,11 @@ class ResultCache:
         self.stored = 0
 
     def key(self, path: str, data: bytes, options: "FileOptions") -> str:
-        fingerprint = self._options.get(id(options))
-        if fingerprint is None:
-            fingerprint = self._options[id(options)] = hashlib.sha256(options_fingerprint(options).encode()).hexdigest()
+        known = self._options.get(id(options))
+        if known is None or known[0] is not options:
+            # (the options object is kept alive with its fingerprint, so its id is not reused)
+            known = self._options[id(options)] = (options, hashlib.sha256(options_fingerprint(options).encode()).hexdigest())
+        fingerprint = known[1]
         digest = hashlib.sha256()
         # The path as given is in the stored findings; the absolute one names the file.
         for part in (self._code, fingerprint, path, os.path.abspath(path)):
