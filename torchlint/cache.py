@@ -10,18 +10,23 @@ that becomes CUDA-only, an API floor) changes the key of every file it
 applies to, so exactly the files that depend on it are linted again.
 
 The cache lives in ``.torchlint_cache/`` under the current directory, or in
-``TORCHLINT_CACHE_DIR``; ``--no-cache`` turns it off. Only checking is
+``--cache-dir`` / ``TORCHLINT_CACHE_DIR``, with one subdirectory per
+torchlint version, a ``CACHEDIR.TAG`` and a ``.gitignore`` (ruff's layout);
+``-n``/``--no-cache`` turns it off and ``torchlint clean`` removes it. Only checking is
 cached (``--fix``, ``--diff`` and ``--add-noqa`` always lint). Entries are
 written to a temporary file and renamed into place, so parallel runs never
 read half an entry; an entry that cannot be read is a miss.
 """
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import hashlib
 import json
 import os
 import pickle
+import shutil
+import sys
 from typing import TYPE_CHECKING, Optional
 
 from torchlint import __version__
@@ -70,7 +75,9 @@ def options_fingerprint(options: "FileOptions") -> str:
 
 class ResultCache:
     def __init__(self, directory: Optional[str] = None) -> None:
-        self.directory = os.path.abspath(directory or default_directory())
+        self.root = os.path.abspath(directory or default_directory())
+        # One subdirectory per torchlint version, as ruff lays out its cache.
+        self.directory = os.path.join(self.root, __version__)
         self._code = _code_fingerprint()
         self._options: dict = {}
         self.hits = 0
@@ -124,7 +131,22 @@ class ResultCache:
             (".gitignore", "# Automatically created by torchlint.\n*\n"),
         ):
             try:
-                with open(os.path.join(self.directory, name), "x", encoding="utf-8") as handle:
+                with open(os.path.join(self.root, name), "x", encoding="utf-8") as handle:
                     handle.write(text)
             except FileExistsError:
                 pass
+
+
+def clean_command(argv) -> int:
+    """``torchlint clean [--cache-dir PATH]``: remove the result cache (as ``ruff clean``)."""
+    parser = argparse.ArgumentParser(prog="torchlint clean", description="Remove the result cache.")
+    parser.add_argument("--cache-dir", default=None, metavar="PATH")
+    args = parser.parse_args(argv)
+    directory = os.path.abspath(args.cache_dir or default_directory())
+    if os.path.isfile(os.path.join(directory, "CACHEDIR.TAG")):
+        shutil.rmtree(directory, ignore_errors=True)
+        print(f"Removed {directory}")
+    elif os.path.exists(directory):
+        print(f"torchlint: error: {directory} is not a torchlint cache (no CACHEDIR.TAG); left alone", file=sys.stderr)
+        return 2
+    return 0

@@ -13,7 +13,7 @@ from collections import Counter
 from typing import Dict, List, Optional, Sequence, TextIO, Tuple
 
 from torchlint import __version__
-from torchlint.cache import CACHE_DIR_ENV, DEFAULT_DIR, ResultCache
+from torchlint.cache import CACHE_DIR_ENV, DEFAULT_DIR, ResultCache, clean_command
 from torchlint.config import OUTPUT_FORMATS, Config, ConfigError, ConfigFinder, apply_table, parse_version
 from torchlint.discovery import DiscoveryOptions, discover
 from torchlint.linter import FileOptions, syntax_error
@@ -86,7 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
     files.add_argument("--show-files", action="store_true", help="list the files that would be linted, then exit")
     files.add_argument("--show-settings", action="store_true", help="show the settings for the first file, then exit")
     files.add_argument("-j", "--jobs", type=int, default=None, help="worker processes (default: all cores)")
-    files.add_argument("--no-cache", action="store_true", help=f"lint every file again; do not read or write the result cache ({DEFAULT_DIR}/, or ${CACHE_DIR_ENV})")
+    files.add_argument("-n", "--no-cache", action="store_true", help="lint every file again; do not read or write the result cache")
+    files.add_argument("--cache-dir", default=None, metavar="PATH", help=f"where the result cache lives (default: ${CACHE_DIR_ENV}, else ./{DEFAULT_DIR})")
     parser.add_argument("--version", action="version", version=f"torchlint {__version__}")
     return parser
 
@@ -211,6 +212,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from torchlint.rule_command import main as rule_main
 
         return rule_main(argv[1:])
+    if argv and argv[0] == "clean":
+        return clean_command(argv[1:])
     if argv and argv[0] == "check":
         argv = argv[1:]
     args = build_parser().parse_args(argv)
@@ -260,7 +263,7 @@ def _check(args: argparse.Namespace) -> int:
         config = settings.config_for(path)
         jobs.append(Job(path, settings.file_options(path), mode, settings.unsafe_fixes(config), settings.fixable(config), args.add_noqa or None))
     workers = args.jobs if args.jobs is not None else default_workers()
-    cache = ResultCache() if mode == CHECK and not args.no_cache else None
+    cache = ResultCache(args.cache_dir) if mode == CHECK and not args.no_cache else None
     results = run(jobs, max(1, workers), cache)
     results.extend(FileResult(path, [syntax_error(path, f"{reason} (os error 2)")]) for path, reason in missing)
     unsafe = settings.unsafe_fixes(settings.config_for(os.path.join(os.getcwd(), "x.py")))

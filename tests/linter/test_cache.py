@@ -117,3 +117,23 @@ def test_parallel_runs_share_one_cache(tmp_path):
     assert leftovers == []
     warm = subprocess.run(command, capture_output=True, text=True, env=env)
     assert sorted((d["filename"], d["code"]) for d in json.loads(warm.stdout)) == outputs[0]
+
+
+def test_cache_dir_flag_short_no_cache_and_clean(tree, capsys, linted, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    lint(tree, capsys, "--cache-dir", str(elsewhere))
+    lint(tree, capsys, "--cache-dir", str(elsewhere))
+    assert linted == [["a.py", "b.py", "c.py"], []]
+    assert (elsewhere / "CACHEDIR.TAG").is_file() and (elsewhere / ".gitignore").read_text().endswith("*\n")
+    assert any((elsewhere / __import__("torchlint").__version__).iterdir())
+    lint(tree, capsys, "-n", "--cache-dir", str(elsewhere))
+    assert linted[-1] == ["a.py", "b.py", "c.py"]
+    assert main(["clean", "--cache-dir", str(elsewhere)]) == 0
+    assert not elsewhere.exists()
+
+
+def test_clean_leaves_a_directory_that_is_not_a_cache(tmp_path, capsys):
+    (tmp_path / "precious").mkdir()
+    (tmp_path / "precious" / "notes.txt").write_text("keep")
+    assert main(["clean", "--cache-dir", str(tmp_path / "precious")]) == 2
+    assert (tmp_path / "precious" / "notes.txt").exists()
