@@ -396,14 +396,32 @@ def union(ranges: List[Tuple[Optional[Version], Optional[Version], str]]) -> Tor
 
 
 def api_floor(text: str) -> Optional[Tuple[Version, str]]:
-    """The newest torch API an (unguarded) source text uses, and its name."""
+    """The newest torch API an (unguarded) source text uses in its code, and
+    its name. The text is searched first; only a file that mentions an API is
+    parsed, to tell code (``torch.compile(model)``) from strings and comments
+    that merely name it."""
     if "torch" not in text or _VERSION_PROBE.search(text):
         return None
-    best: Optional[Tuple[Version, str]] = None
-    for pattern, version, name in API_FLOORS:
-        if (best is None or version > best[0]) and pattern.search(text):
-            best = (version, name)
-    return best
+    mentioned = [(version, name) for pattern, version, name in API_FLOORS if pattern.search(text)]
+    if not mentioned:
+        return None
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError):
+        return None
+    used = {_dotted(node) for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+    found = [(version, name) for version, name in mentioned if name in used]
+    return max(found) if found else None
+
+
+def _dotted(node: ast.AST) -> str:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+    return ".".join(reversed(parts))
 
 
 _REQUIRES_CUDA_HINT = re.compile(r"set_device|nccl")

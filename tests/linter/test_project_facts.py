@@ -258,3 +258,9 @@ def test_a_module_named_setup_is_not_a_project_root(tmp_path):
     found = project.project_facts(str(tmp_path / "pkg" / "eval" / "linear.py"))
     assert found.root == str(tmp_path)
     assert found.torch.lower == (2, 1)
+
+
+def test_an_api_named_in_a_string_or_comment_does_not_count():
+    assert project.api_floor('import torch\n"""Call torch.compile(model) first."""\n# torch.accelerator too\n') is None
+    assert project.api_floor("import torch\nfast = torch.compile(model)\n") == ((2, 0), "torch.compile")
+    assert project.api_floor("import torch\ntorch.accelerator.current_accelerator()\n") == ((2, 6), "torch.accelerator")
