@@ -1,6 +1,6 @@
 """How fast torchlint lints a code base, against libcst's own parse of it.
 
-    python bench/lint_speed.py DIR [--jobs-check] [--prefilter-check]
+    python bench/lint_speed.py DIR [--jobs-check] [--prefilter-check] [--cache-check]
 
 One run measures, file by file and back to back, the CPU time of a pure
 ``libcst.parse_module`` and of a full torchlint lint (parse + one walk with
@@ -8,14 +8,22 @@ every default rule), and prints files, lines, seconds and the ratio
 torchlint / parse-only. ``--jobs-check`` also times the CLI with
 ``--jobs 1`` and ``--jobs 2`` (wall clock) on the same tree;
 ``--prefilter-check`` lints with the text pre-filter on and off and reports
-whether the findings are identical.
+whether the findings are identical. ``--cache-check`` copies the tree to a
+temporary directory and runs the CLI (``--jobs 1``) three times on the copy
+with a fresh result cache: cold, warm (nothing changed) and after appending
+a comment to one file; it prints the CPU time of each (the child's user +
+system time), the cold / warm ratio, and how many files the third run linted
+again (the cache entries it wrote).
 """
 from __future__ import annotations
 
 import argparse
 import os
+import resource
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 import libcst as cst
@@ -72,11 +80,44 @@ def cli_wall(root: str, jobs: int) -> float:
     return time.perf_counter() - start
 
 
+def cli_cpu(root: str, env: dict) -> float:
+    """User + system CPU seconds of one ``torchlint --jobs 1`` run on ``root``."""
+    command = [sys.executable, "-m", "torchlint", "--jobs", "1", "--exit-zero", "-q", "--no-respect-gitignore", "--output-format", "json", "-o", os.devnull, root]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run(command, check=True, env=env)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def cache_entries(directory: str) -> int:
+    return sum(len(files) for path, _, files in os.walk(directory) if path != directory)
+
+
+def cache_check(root: str, texts) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = os.path.join(tmp, "tree")
+        shutil.copytree(root, copy, ignore=shutil.ignore_patterns(".git", ".torchlint_cache", "__pycache__"))
+        cache = os.path.join(tmp, "cache")
+        env = {**os.environ, "TORCHLINT_CACHE_DIR": cache}
+        cold = cli_cpu(copy, env)
+        warm = cli_cpu(copy, env)
+        edited = os.path.join(copy, os.path.relpath(texts[len(texts) // 2][0], root))
+        with open(edited, "a", encoding="utf-8") as handle:
+            handle.write("\n# edited by lint_speed.py\n")
+        entries = cache_entries(cache)
+        after_edit = cli_cpu(copy, env)
+        relinted = cache_entries(cache) - entries
+    print(f"cache cold       {cold:8.2f} CPU-s  (cli --jobs 1, empty cache)")
+    print(f"cache warm       {warm:8.2f} CPU-s  cold / warm {cold / warm:.1f}x")
+    print(f"cache one edit   {after_edit:8.2f} CPU-s  files linted again: {relinted} ({os.path.relpath(edited, copy)})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("root")
     parser.add_argument("--jobs-check", action="store_true")
     parser.add_argument("--prefilter-check", action="store_true")
+    parser.add_argument("--cache-check", action="store_true")
     args = parser.parse_args()
 
     texts = load(args.root)
@@ -103,6 +144,8 @@ def main() -> None:
         two = cli_wall(args.root, 2)
         print(f"cli --jobs 1     {one:8.2f} s wall")
         print(f"cli --jobs 2     {two:8.2f} s wall   speedup {one / two:.2f}x")
+    if args.cache_check:
+        cache_check(args.root, texts)
 
 
 if __name__ == "__main__":

@@ -1,11 +1,12 @@
 from __future__ import annotations
 
-from typing import Optional
+from typing import Dict, List, Optional, Set
 
 import libcst as cst
 
-from torchlint.facts import LoaderInfo
-from torchlint.names import dotted_name
+from torchlint.analysis import iter_subtree
+from torchlint.facts import LoaderInfo, LoopInfo
+from torchlint.names import dotted_name, last_name
 from torchlint.rule import Invalid, Rule, Valid
 
 
@@ -20,8 +21,19 @@ class DataloaderSingleProcess(Rule):
     hold tensors in memory, tiny datasets and some debugging setups are
     faster or simpler in one process.
 
-    Not flagged: `num_workers` given as an expression (`args.workers`,
-    `os.cpu_count()`), `**kwargs` the rule cannot see, and modules that do
+    It fires only where loading a batch is real work the workers could take
+    over: the dataset is a `torchvision.datasets` dataset, is built with a
+    per-item `transform=`, or is a class of the same module whose
+    `__getitem__` reads or decodes files (`open`, `Image.open`, `imread`,
+    `np.load`, `torch.load`, `torchaudio.load`, `read_image`, …) or applies
+    a transform. (`Subset`, `ConcatDataset` and names assigned from these
+    are followed.)
+
+    Not flagged: in-memory datasets (`TensorDataset`, tensors, lists) and
+    datasets whose per-item work cannot be seen (a Hugging Face dataset, a
+    class from another module); loaders that only evaluation loops iterate;
+    `num_workers` given as an expression (`args.workers`,
+    `os.cpu_count()`); `**kwargs` the rule cannot see; and modules that do
     not train.
 
     ## Why is this bad?
@@ -33,7 +45,9 @@ class DataloaderSingleProcess(Rule):
     ## Example
     ```python
     from torch.utils.data import DataLoader
+    from torchvision import datasets
 
+    dataset = datasets.ImageFolder("data/train", transform=augment)
     loader = DataLoader(dataset, batch_size=64, shuffle=True)
     for images, labels in loader:
         loss = criterion(model(images), labels)
@@ -44,7 +58,9 @@ class DataloaderSingleProcess(Rule):
     Use instead:
     ```python
     from torch.utils.data import DataLoader
+    from torchvision import datasets
 
+    dataset = datasets.ImageFolder("data/train", transform=augment)
     loader = DataLoader(dataset, batch_size=64, shuffle=True, num_workers=8, persistent_workers=True)
     for images, labels in loader:
         loss = criterion(model(images), labels)
@@ -72,12 +88,16 @@ class DataloaderSingleProcess(Rule):
     VALID = [
         Valid("""
             from torch.utils.data import DataLoader
+            from torchvision import datasets
+            ds = datasets.ImageFolder(root, transform=tf)
             loader = DataLoader(ds, batch_size=32, num_workers=4)
             for x, y in loader:
                 model(x).sum().backward()
         """),
         Valid("""
             from torch.utils.data import DataLoader
+            from torchvision import datasets
+            ds = datasets.ImageFolder(root, transform=tf)
             loader = DataLoader(ds, batch_size=32, num_workers=args.workers)
             for x, y in loader:
                 model(x).sum().backward()
@@ -86,7 +106,8 @@ class DataloaderSingleProcess(Rule):
         Valid("""
             import torch
             from torch.utils.data import DataLoader
-            loader = DataLoader(ds, batch_size=32)
+            from torchvision import datasets
+            loader = DataLoader(datasets.ImageFolder(root, transform=tf), batch_size=32)
             with torch.no_grad():
                 for x, y in loader:
                     preds = model(x)
@@ -94,6 +115,8 @@ class DataloaderSingleProcess(Rule):
         # kwargs the rule cannot see.
         Valid("""
             from torch.utils.data import DataLoader
+            from torchvision import datasets
+            ds = datasets.ImageFolder(root, transform=tf)
             loader = DataLoader(ds, **loader_kwargs)
             for x, y in loader:
                 model(x).sum().backward()
@@ -101,19 +124,44 @@ class DataloaderSingleProcess(Rule):
         # kwargs dict with workers.
         Valid("""
             from torch.utils.data import DataLoader
+            from torchvision import datasets
+            ds = datasets.ImageFolder(root, transform=tf)
             kwargs = {"num_workers": 8, "pin_memory": True}
             loader = DataLoader(ds, **kwargs)
             for x, y in loader:
                 model(x).sum().backward()
         """),
+        # In memory: an index into tensors is all a worker would do.
         Valid("""
-            import os
-            from torch.utils.data import DataLoader
-            loader = DataLoader(ds, num_workers=os.cpu_count())
+            import torch
+            from torch.utils.data import DataLoader, TensorDataset
+            ds = TensorDataset(torch.randn(1000, 10), torch.randn(1000, 1))
+            loader = DataLoader(ds, batch_size=32, shuffle=True)
             for x, y in loader:
-                loss = model(x)
+                loss = model(x).sum()
                 loss.backward()
                 optimizer.step()
+        """),
+        # A dataset whose per-item work cannot be seen (tokenized Hugging Face data).
+        Valid("""
+            from torch.utils.data import DataLoader
+            loader = DataLoader(tokenized["train"], batch_size=16, collate_fn=pad)
+            for batch in loader:
+                loss = model(**batch).loss
+                loss.backward()
+        """),
+        # Only an evaluation loop iterates it.
+        Valid("""
+            import torch
+            from torch.utils.data import DataLoader
+            from torchvision import datasets
+            train_loader = DataLoader(datasets.ImageFolder(a, transform=tf), batch_size=64, num_workers=8)
+            val_loader = DataLoader(datasets.ImageFolder(b, transform=tf), batch_size=64)
+            for x, y in train_loader:
+                model(x).sum().backward()
+            with torch.no_grad():
+                for x, y in val_loader:
+                    model(x)
         """),
         # Not torch's DataLoader call: a method named like it on another object.
         Valid("""
@@ -127,17 +175,19 @@ class DataloaderSingleProcess(Rule):
         Invalid(
             """
             from torch.utils.data import DataLoader
+            from torchvision import datasets
+            ds = datasets.CIFAR10(root, train=True, transform=augment)
             loader = DataLoader(ds, batch_size=32, shuffle=True)
             for x, y in loader:
                 model(x).sum().backward()
             """,
-            line=2,
+            line=4,
             message="`num_workers` is not set",
         ),
         Invalid(
             """
             from torch.utils.data import DataLoader
-            loader = DataLoader(ds, batch_size=32, num_workers=0)
+            loader = DataLoader(MyImages(files, transform=augment), batch_size=32, num_workers=0)
             for x, y in loader:
                 loss = model(x)
                 loss.backward()
@@ -147,7 +197,11 @@ class DataloaderSingleProcess(Rule):
         Invalid(
             """
             import torch
-            loader = torch.utils.data.DataLoader(ds, batch_size=32)
+            from PIL import Image
+            class Folder(torch.utils.data.Dataset):
+                def __getitem__(self, index):
+                    return Image.open(self.paths[index]).convert("RGB"), self.labels[index]
+            loader = torch.utils.data.DataLoader(Folder(), batch_size=32)
             def train():
                 for x, y in loader:
                     optimizer.zero_grad()
@@ -155,22 +209,29 @@ class DataloaderSingleProcess(Rule):
                     loss.backward()
                     optimizer.step()
             """,
+            line=6,
         ),
         Invalid(
             """
-            from torch.utils.data import DataLoader
+            from torch.utils.data import DataLoader, Subset
+            from torchvision.datasets import ImageFolder
+            full = ImageFolder(root, transform=tf)
+            part = Subset(full, indices)
             kwargs = {"batch_size": 8, "num_workers": 0}
-            loader = DataLoader(ds, **kwargs)
+            loader = DataLoader(part, **kwargs)
             for x, y in loader:
                 model(x).sum().backward()
             """,
-            line=3,
+            line=6,
         ),
         Invalid(
             """
             from torch.utils import data
-            train_loader = data.DataLoader(train_ds, batch_size=64)
-            val_loader = data.DataLoader(val_ds, batch_size=64, num_workers=0)
+            from torchvision import datasets
+            train_loader = data.DataLoader(datasets.MNIST(root, transform=tf), batch_size=64)
+            val_loader = data.DataLoader(datasets.MNIST(root, train=False, transform=tf), batch_size=64, num_workers=0)
+            def loaders():
+                return train_loader, val_loader
             for x, y in train_loader:
                 model(x).sum().backward()
             """,
@@ -179,13 +240,34 @@ class DataloaderSingleProcess(Rule):
         Invalid(
             """
             from torch.utils.data import DataLoader
+            import numpy as np
+            class Shards:
+                def __getitem__(self, i):
+                    return np.load(self.files[i])
             kwargs = dict(batch_size=8)
-            loader = DataLoader(ds, **kwargs)
+            loader = DataLoader(Shards(), **kwargs)
             for x, y in loader:
                 scaler.scale(model(x)).backward()
             """,
         ),
     ]
+
+    def __init__(self, ctx, options) -> None:
+        super().__init__(ctx, options)
+        # name -> expressions assigned to it anywhere in the module
+        self.assigned: Dict[str, List[cst.BaseExpression]] = {}
+        # classes of this module whose __getitem__ reads, decodes or transforms
+        self.loading_classes: Set[str] = set()
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            name = dotted_name(target.target)
+            if name is not None:
+                self.assigned.setdefault(name, []).append(node.value)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        if node.name.value == "__getitem__" and self.ctx.class_names and _does_per_item_work(node):
+            self.loading_classes.add(self.ctx.class_names[-1])
 
     def finish(self) -> None:
         facts = self.ctx.facts
@@ -196,12 +278,13 @@ class DataloaderSingleProcess(Rule):
             return
         for loader in facts.loaders:
             reason = self._single_process(loader)
-            if reason is not None:
-                self.report(
-                    loader.call,
-                    f"{reason}: this DataLoader loads every batch in the training process while the GPU waits; "
-                    "set `num_workers` to a few worker processes",
-                )
+            if reason is None or self._evaluation_only(loader) or not self._loads_per_item(_dataset_argument(loader.call)):
+                continue
+            self.report(
+                loader.call,
+                f"{reason}: this DataLoader reads and transforms every sample in the training process while the GPU waits; "
+                "set `num_workers` to a few worker processes",
+            )
 
     def _single_process(self, loader: LoaderInfo) -> Optional[str]:
         call = loader.call
@@ -218,3 +301,71 @@ class DataloaderSingleProcess(Rule):
         if isinstance(value, cst.Integer) and value.evaluated_value == 0:
             return "`num_workers=0`"
         return None
+
+    def _evaluation_only(self, loader: LoaderInfo) -> bool:
+        """Loops iterate this loader's name, and none of them trains."""
+        if loader.target is None:
+            return False
+        loops = [loop for loop in self.ctx.facts.loops.values() if isinstance(loop.node, cst.For) and _iterates(loop.node.iter, loader.target)]
+        return bool(loops) and not any(self._loop_trains(loop) for loop in loops)
+
+    def _loop_trains(self, loop: LoopInfo) -> bool:
+        """It, or a loop nested in it, trains (directly or through a module function)."""
+        for inner in self.ctx.facts.loops.values():
+            outer: Optional[LoopInfo] = inner
+            while outer is not None and outer is not loop:
+                outer = outer.parent
+            if outer is loop and (inner.trains or any(self.ctx.facts.function_trains(name) for name in inner.calls)):
+                return True
+        return False
+
+    def _loads_per_item(self, node: Optional[cst.BaseExpression], depth: int = 0) -> bool:
+        """Is fetching one sample of this dataset real work (I/O, decoding, a transform)?"""
+        if node is None or depth > 4:
+            return False
+        if isinstance(node, cst.Name):
+            return any(self._loads_per_item(value, depth + 1) for value in self.assigned.get(node.value, ()))
+        if isinstance(node, (cst.List, cst.Tuple)):
+            return any(self._loads_per_item(element.value, depth + 1) for element in node.elements)
+        if not isinstance(node, cst.Call):
+            return False
+        qname = self.ctx.qualified_name(node.func) or dotted_name(node.func) or ""
+        if qname.startswith("torchvision.datasets."):
+            return True
+        if any(arg.keyword is not None and arg.keyword.value in _TRANSFORM_KEYWORDS and not _is_none(arg.value) for arg in node.args):
+            return True
+        name = qname.rsplit(".", 1)[-1]
+        if name in self.loading_classes:
+            return True
+        if name in _WRAPPERS and node.args:
+            return self._loads_per_item(node.args[0].value, depth + 1)
+        return False
+
+
+_TRANSFORM_KEYWORDS = frozenset({"transform", "transforms", "target_transform"})
+_WRAPPERS = frozenset({"Subset", "ConcatDataset", "ChainDataset"})
+# Calls in a __getitem__ that read, decode or transform a sample.
+_PER_ITEM_WORK = frozenset({
+    "open", "imread", "imdecode", "read_image", "decode_image", "decode_jpeg", "load", "loadtxt", "read_csv",
+    "read_file", "transform", "transforms", "augment", "read", "fromfile", "memmap",
+})
+
+
+def _does_per_item_work(function: cst.FunctionDef) -> bool:
+    return any(isinstance(sub, cst.Call) and last_name(sub.func) in _PER_ITEM_WORK for sub in iter_subtree(function.body))
+
+
+def _dataset_argument(call: cst.Call) -> Optional[cst.BaseExpression]:
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == "dataset":
+            return arg.value
+    first = call.args[0] if call.args else None
+    return first.value if first is not None and first.keyword is None and not first.star else None
+
+
+def _iterates(iterable: cst.BaseExpression, name: str) -> bool:
+    return any(dotted_name(sub) == name for sub in iter_subtree(iterable) if isinstance(sub, (cst.Name, cst.Attribute)))
+
+
+def _is_none(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.Name) and node.value == "None"

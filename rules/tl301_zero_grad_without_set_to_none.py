@@ -52,9 +52,11 @@ class ZeroGradWithoutSetToNone(Rule):
     Flags `optimizer.zero_grad(set_to_none=False)` and
     `model.zero_grad(set_to_none=False)` on torch optimizers and modules
     (also `self.optimizer`, `self.zero_grad()` in an `nn.Module`, and
-    optimizers taken from a list). When the target PyTorch (`target-torch`)
-    is below 2.0, where `set_to_none` defaulted to `False`, a plain
-    `zero_grad()` is flagged too.
+    optimizers taken from a list). When the code supports a PyTorch below
+    2.0, where `set_to_none` defaulted to `False`, a plain `zero_grad()` is
+    flagged too, provided every supported version has `set_to_none` (1.7).
+    The supported versions are `target-torch`, or else what the project's
+    manifests declare (see `target-torch` in the README).
 
     Not flagged: `zero_grad` methods of objects that are evidently not
     torch's (an instance of a class defined in the module that is not a
@@ -187,6 +189,11 @@ class ZeroGradWithoutSetToNone(Rule):
                 with pytest.raises(ValueError):
                     remote_module.zero_grad(set_to_none=False)
         """),
+        # torch 1.6 has no `set_to_none`: the suggested call would fail there.
+        Valid("""
+            optimizer.zero_grad()
+            loss.backward()
+        """, target_torch="1.6"),
         # Manual gradient accumulation into the zeros, under old torch.
         Valid("""
             optimizer.zero_grad()
@@ -406,8 +413,8 @@ class ZeroGradWithoutSetToNone(Rule):
         if explicit is not None:
             if not (isinstance(explicit.value, cst.Name) and explicit.value.value == "False"):
                 return  # True, or a value we cannot read
-        elif not self.ctx.torch_below(2, 0):
-            return
+        elif not self.ctx.torch_below(2, 0) or not self.ctx.torch_at_least(1, 7):
+            return  # zero_grad() sets None by default (2.0+), or `set_to_none` may not exist (before 1.7)
         constructed_by = None
         value = self.ctx.value_of(dotted_name(receiver))
         if isinstance(value, cst.Call):

@@ -1,10 +1,11 @@
 from __future__ import annotations
 
-from typing import List, Tuple
+from typing import List, Optional, Set, Tuple
 
 import libcst as cst
 
 from torchlint.analysis import Site
+from torchlint.facts import FunctionInfo, LoopInfo
 from torchlint.rule import Invalid, Rule, Valid
 
 _EMPTY_CACHE = frozenset(
@@ -145,6 +146,33 @@ class EmptyCacheInLoop(Rule):
                 loss.backward()
                 cache.empty_cache()
         """),
+        # Per epoch: the function runs a whole pass over the data, then frees the cache.
+        Valid("""
+            import torch
+            def train_one_epoch(model, loader, optimizer):
+                for batch in loader:
+                    loss = model(batch)
+                    loss.backward()
+                    optimizer.step()
+                torch.cuda.empty_cache()
+
+            for epoch in range(10):
+                train_one_epoch(model, loader, optimizer)
+        """),
+        Valid("""
+            import torch
+            def release():
+                torch.cuda.empty_cache()
+
+            def run(config):
+                for batch in loader:
+                    loss = model(batch)
+                    loss.backward()
+                release()
+
+            for config in ("O1", "O2", "O3"):
+                run(config)
+        """),
     ]
 
     INVALID = [
@@ -236,12 +264,17 @@ class EmptyCacheInLoop(Rule):
             self.candidates.append((self.ctx.site(), node))
 
     def finish(self) -> None:
+        epoch_functions = self._epoch_functions()
         for site, node in self.candidates:
             if site.in_exception_path():
                 continue
             loop, helper = site.batch_context()
             if loop is None:
                 continue
+            if helper is not None:
+                loop = self._per_batch_caller(helper, epoch_functions)
+                if loop is None:
+                    continue  # reached only through a function that runs a whole pass over the data
             if site.under_periodic_guard(within=loop if helper is None else None):
                 continue
             if helper is None:
@@ -255,3 +288,35 @@ class EmptyCacheInLoop(Rule):
                     "it synchronizes and throws away the cached blocks the next iteration needs"
                 )
             self.report(node, message)
+
+    def _epoch_functions(self) -> Set[str]:
+        """Module functions with a batch loop of their own (``train_one_epoch``):
+        one call is a whole pass over the data, so a loop calling them is an
+        epoch loop, and what they run after their loop runs once per epoch."""
+        return {
+            loop.function.name
+            for loop in self.ctx.facts.loops.values()
+            if loop.function is not None and (loop.iterates_data or loop.trains or loop.pulls_batches)
+        }
+
+    def _per_batch_caller(self, helper: FunctionInfo, epoch_functions: Set[str]) -> Optional[LoopInfo]:
+        """A batch loop that calls ``helper`` on every iteration without going
+        through an epoch function (see ``_epoch_functions``)."""
+        if helper.name in epoch_functions:
+            return None
+        facts = self.ctx.facts
+        callers, frontier = {helper.name}, [helper.name]
+        while frontier:
+            name = frontier.pop()
+            for infos in facts.functions.values():
+                for info in infos:
+                    if name in info.calls and info.name not in callers and info.name not in epoch_functions:
+                        callers.add(info.name)
+                        frontier.append(info.name)
+
+        def per_batch(loop: LoopInfo) -> bool:
+            return loop.iterates_data or loop.trains or loop.pulls_batches or any(
+                facts.function_trains(name) and name not in epoch_functions for name in loop.calls
+            )
+
+        return self.ctx.facts_batch_caller(helper, callers, per_batch)

@@ -6,7 +6,7 @@ from typing import List, Optional, Tuple
 import libcst as cst
 
 from torchlint.names import dotted_name
-from torchlint.rule import DISPLAY_ONLY, SAFE, UNSAFE, Fix, Invalid, Rule, Valid
+from torchlint.rule import DISPLAY_ONLY, SAFE, Fix, Invalid, Rule, Valid
 
 # qualified name -> (new API, torch version that has it, version that deprecates the old one)
 _DEPRECATED = {
@@ -31,10 +31,18 @@ class DeprecatedCudaAmpApi(Rule):
     `torch.amp.autocast("cuda", ...)` and `torch.amp.GradScaler("cuda", ...)`.
 
     Code that chooses between the two APIs by torch version (an `if` on a
-    version check or `hasattr`, or a `try`/`except` fallback) is left alone,
-    and so is a project whose `target-torch` predates the new API
-    (`torch.amp.autocast` appeared in torch 1.12, `torch.amp.GradScaler` in
-    2.3).
+    version check or `hasattr`, or a `try`/`except` fallback) is left alone.
+
+    The rule fires only where every torch version the code supports has the
+    new API (`torch.amp.autocast` appeared in torch 1.12,
+    `torch.amp.GradScaler` in 2.3) and some of them deprecate the old one.
+    The supported versions are `target-torch` when it is set, otherwise
+    what the project's manifests declare (`pyproject.toml`, `setup.py`,
+    `setup.cfg`, `requirements*.txt`, `environment.yml`, a Dockerfile's base
+    image) and the newer APIs the code already uses (`torch.compile`,
+    `torch.amp.GradScaler`, `torch.accelerator`). A project that pins torch
+    1.8–2.1, or one whose versions are unknown, gets no finding: there the
+    suggested API may not exist, or the old one is not deprecated yet.
 
     ## Why is this bad?
     `torch.cuda.amp.GradScaler(args...)` is deprecated since torch 2.3 and
@@ -47,7 +55,7 @@ class DeprecatedCudaAmpApi(Rule):
     ```python
     import torch
 
-    scaler = torch.cuda.amp.GradScaler()
+    model = torch.compile(model)  # torch >= 2.0, so torch.amp.autocast exists
     with torch.cuda.amp.autocast(dtype=torch.float16):
         loss = model(x)
     ```
@@ -56,7 +64,7 @@ class DeprecatedCudaAmpApi(Rule):
     ```python
     import torch
 
-    scaler = torch.amp.GradScaler("cuda")
+    model = torch.compile(model)
     with torch.amp.autocast("cuda", dtype=torch.float16):
         loss = model(x)
     ```
@@ -67,12 +75,11 @@ class DeprecatedCudaAmpApi(Rule):
     `torch.cuda.amp.autocast(enabled, dtype, cache_enabled)` become keywords,
     because `torch.amp.autocast` orders its parameters differently.
 
-    The fix is **safe** when `target-torch` is known and has the new API
-    (1.12 for autocast, 2.3 for GradScaler). When `target-torch` is unknown it
-    is **unsafe**: on an older torch the new name does not exist. When the
-    call is reached through `from torch.cuda.amp import autocast` and the
-    module does not also `import torch`, the fix is display-only, since it
-    would need a new import. A call with `*args` gets no fix.
+    The fix is **safe**: the rule only fires where the new API exists on
+    every supported torch. When the call is reached through
+    `from torch.cuda.amp import autocast` and the module does not also
+    `import torch`, the fix is display-only, since it would need a new
+    import. A call with `*args` gets no fix.
 
     ## References
     - [Automatic Mixed Precision package: `torch.amp`](https://pytorch.org/docs/stable/amp.html)
@@ -133,6 +140,17 @@ class DeprecatedCudaAmpApi(Rule):
             with autocast():
                 pass
         """),
+        # Supported versions unknown: torch.amp.GradScaler may not exist there.
+        Valid("""
+            import torch
+            scaler = torch.cuda.amp.GradScaler(init_scale=1024, enabled=use_amp)
+        """),
+        # torch.compile proves >= 2.0: autocast's new spelling exists, GradScaler's may not.
+        Valid("""
+            import torch
+            model = torch.compile(model)
+            scaler = torch.cuda.amp.GradScaler()
+        """),
     ]
 
     INVALID = [
@@ -153,19 +171,27 @@ class DeprecatedCudaAmpApi(Rule):
             import torch
             scaler = torch.cuda.amp.GradScaler(init_scale=1024, enabled=use_amp)
             """,
-            fixed=None,
+            fixed="""
+            import torch
+            scaler = torch.amp.GradScaler("cuda", init_scale=1024, enabled=use_amp)
+            """,
+            target_torch="2.3",
             message="torch.amp.GradScaler",
         ),
         Invalid(
             """
             import torch
-            scaler = torch.cuda.amp.GradScaler(init_scale=1024, enabled=use_amp)
+            model = torch.compile(model)
+            with torch.cuda.amp.autocast(dtype=torch.bfloat16):
+                out = model(x)
             """,
             fixed="""
             import torch
-            scaler = torch.amp.GradScaler("cuda", init_scale=1024, enabled=use_amp)
+            model = torch.compile(model)
+            with torch.amp.autocast("cuda", dtype=torch.bfloat16):
+                out = model(x)
             """,
-            unsafe_fixes=True,
+            line=3,
         ),
         Invalid(
             """
@@ -272,6 +298,7 @@ class DeprecatedCudaAmpApi(Rule):
             """,
             fixed=None,
             unsafe_fixes=True,
+            target_torch="2.4",
         ),
     ]
 
@@ -281,13 +308,15 @@ class DeprecatedCudaAmpApi(Rule):
         if entry is None:
             return
         new_name, available, deprecated_in = entry
-        if self.ctx.torch_below(*available):
-            return
+        if not self.ctx.torch_at_least(*available):
+            return  # the new API may not exist on a supported torch (or the versions are unknown)
+        if self.ctx.torch_all_below(*_version(deprecated_in)):
+            return  # no supported torch deprecates the old spelling
         if self._in_compat_code():
             return
         torch_alias = self._torch_alias()
         direct = (dotted_name(node.func) or "").split(".", 1)[0] == torch_alias
-        fix = self._fix(node, new_name, available, torch_alias, direct)
+        fix = self._fix(node, new_name, torch_alias)
         spelled = "autocast" if new_name == "autocast" else "GradScaler"
         imported = "" if direct else " (through `from torch.cuda.amp import`)"
         self.report(
@@ -323,7 +352,7 @@ class DeprecatedCudaAmpApi(Rule):
                 return local
         return None
 
-    def _fix(self, node: cst.Call, new_name: str, available: Tuple[int, int], torch_alias: Optional[str], direct: bool) -> Optional[Fix]:
+    def _fix(self, node: cst.Call, new_name: str, torch_alias: Optional[str]) -> Optional[Fix]:
         if any(arg.star == "*" for arg in node.args):
             return None
         args: List[str] = ['"cuda"']
@@ -342,14 +371,15 @@ class DeprecatedCudaAmpApi(Rule):
             else:
                 args.append(text)
         replacement = f"{torch_alias or 'torch'}.amp.{new_name}({', '.join(args)})"
-        if torch_alias is None:
-            applicability = DISPLAY_ONLY  # would need `import torch`
-        elif self.ctx.target_torch is not None and not self.ctx.torch_below(*available):
-            applicability = SAFE
-        else:
-            applicability = UNSAFE
+        # The rule only fires where the new API exists on every supported torch.
+        applicability = DISPLAY_ONLY if torch_alias is None else SAFE  # display-only: would need `import torch`
         title = f'Use `torch.amp.{new_name}("cuda", ...)`'
         return self.ctx.fix(applicability, title, self.ctx.replace(node, replacement))
+
+
+def _version(text: str) -> Tuple[int, int]:
+    major, minor = text.split(".")
+    return int(major), int(minor)
 
 
 def _handles_missing_api(handler: cst.ExceptHandler) -> bool:

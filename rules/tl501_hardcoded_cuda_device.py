@@ -7,6 +7,7 @@ import libcst as cst
 
 from torchlint.analysis import Site, iter_subtree
 from torchlint.names import dotted_name, last_name
+from torchlint.project import CHECK_TESTS, is_test_module, requires_cuda
 from torchlint.rule import DISPLAY_ONLY, SAFE, Fix, Invalid, Option, Rule, Valid
 
 _CUDA_LITERAL = re.compile(r"^cuda(:\d+)?$")
@@ -36,9 +37,11 @@ _CUDA_ONLY = re.compile(r"(?i)(cuda|gpu)")
 # cuDNN, NCCL, Triton kernels, GPU benchmarks.
 _CUDA_ONLY_CODE = re.compile(r"(?i)(cuda|cudnn|gpu|triton|nccl|cutlass|nvidia|bench)")
 # Importing one of these makes a module CUDA-only by design.
-_CUDA_ONLY_MODULES = ("triton", "bitsandbytes", "cupy", "pycuda", "apex", "cutlass", "cuda", "tensorrt", "flash_attn")
-# test_x.py, x_test.py, conftest.py, or anything under test/, tests/, testing/
-_TEST_PATH = re.compile(r"(^|/)(tests?|testing)/|(^|/)(test_[^/]*|[^/]*_tests?|conftest)\.pyi?$")
+_CUDA_ONLY_MODULES = (
+    "triton", "bitsandbytes", "cupy", "pycuda", "apex", "cutlass", "cuda", "tensorrt", "flash_attn",
+    "transformer_engine", "msamp", "vllm",
+)
+
 # Classes whose ``device`` is a device *type* (GradScaler and autocast subclasses).
 _DEVICE_TYPE_CLASS = re.compile(r"(?i)(scaler|autocast)")
 
@@ -86,9 +89,15 @@ class HardcodedCudaDevice(Rule):
       whose name mentions CUDA, cuDNN, NCCL, Triton, a GPU or a benchmark
       (`def _forward_cuda`, `class CUDATestBase`, `def benchmark`); files
       whose path mentions them (`ops/cuda/`, `backends/cudnn/`,
-      `_triton_ops.py`); and modules that import `triton`, `bitsandbytes`,
-      `cupy`, `pycuda`, `apex`, `cutlass`, `cuda` (cuda-python), `tensorrt`
-      or `flash_attn`;
+      `_triton_ops.py`); modules that import `triton`, `bitsandbytes`,
+      `cupy`, `pycuda`, `apex`, `cutlass`, `cuda` (cuda-python), `tensorrt`,
+      `flash_attn`, `transformer_engine`, `msamp` or `vllm`, or a CUDA extension the
+      project builds (`CUDAExtension("name", …)` in its `setup.py`); and
+      modules that call `torch.cuda.set_device(...)` or set up an NCCL
+      process group (`init_process_group(backend="nccl")`,
+      `args.dist_backend = "nccl"`) unconditionally, which fails without
+      CUDA just as an assertion would, and modules that import such a
+      module of the same project (`import mypkg.distributed`);
     - in test modules (`test_*.py`, `*_test.py`, `conftest.py`, and files
       under `test/`, `tests/` or `testing/`): tests usually target a device
       on purpose. Set the `check-tests` option to check them too.
@@ -161,7 +170,7 @@ class HardcodedCudaDevice(Rule):
     summary = "A `.cuda()` call or a `\"cuda\"` device literal ties code to CUDA"
     fix_availability = "sometimes"
     requires_any = ("cuda",)
-    options = {"check-tests": Option(bool, False, "also check test modules, which are skipped by default")}
+    options = {CHECK_TESTS: Option(bool, False, "also check test modules, which are skipped by default")}
 
     VALID = [
         Valid("""
@@ -552,9 +561,11 @@ class HardcodedCudaDevice(Rule):
 
     # -- decide ------------------------------------------------------------------
     def finish(self) -> None:
-        if any(self.ctx.names.imports_module(m) for m in _CUDA_ONLY_MODULES):
-            return  # Triton kernels, bitsandbytes quantization: CUDA-only by design
-        if not self.opts["check-tests"] and _TEST_PATH.search(self.ctx.path.replace("\\", "/")):
+        if any(self.ctx.names.imports_module(m) for m in _CUDA_ONLY_MODULES + self.ctx.project.cuda_only_imports):
+            return  # Triton kernels, bitsandbytes, the project's CUDA extensions or CUDA-only modules: CUDA-only by design
+        if requires_cuda(self.ctx.source):
+            return  # torch.cuda.set_device(...) / an NCCL process group, unconditionally: CUDA-only by design
+        if not self.opts[CHECK_TESTS] and is_test_module(self.ctx.path):
             return
         for site, node, message, fix in self.candidates:
             if site.under_cuda_guard() or self._device_chosen(site) or self._cuda_only_by_design(site) or self._passed_as_device_type(site):

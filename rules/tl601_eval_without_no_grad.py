@@ -9,7 +9,8 @@ import libcst as cst
 from torchlint.analysis import NO_GRAD_CONTEXTS, Site, exclusive_branches, is_no_grad_decorated
 from torchlint.facts import OPTIMIZER_NAME, FunctionInfo
 from torchlint.names import dotted_name, last_name
-from torchlint.rule import DISPLAY_ONLY, UNSAFE, Edit, Invalid, Rule, Valid
+from torchlint.project import CHECK_TESTS, is_test_module
+from torchlint.rule import DISPLAY_ONLY, UNSAFE, Edit, Invalid, Option, Rule, Valid
 
 EVAL, TRAIN, FORWARD, GRAD, NO_GRAD_ON, NO_GRAD_OFF = "eval", "train", "forward", "grad", "no_grad_on", "no_grad_off"
 
@@ -62,6 +63,11 @@ class EvalWithoutNoGrad(Rule):
     (`validation_step`, `test_step`, `predict_step`, which Lightning runs
     under no-grad), and in `forward`/`training_step` methods, whose backward
     runs in the caller.
+
+    Test modules (`test_*.py`, `*_test.py`, `conftest.py`, files under
+    `test/`, `tests/` or `testing/`) are skipped: a test that compares
+    outputs keeps its graph for a moment on purpose or at no cost. Set the
+    `check-tests` option to check them too.
 
     ## Why is this bad?
     `.eval()` only switches layers such as dropout and batch norm to their
@@ -124,6 +130,7 @@ class EvalWithoutNoGrad(Rule):
     """
 
     code = "TL601"
+    options = {CHECK_TESTS: Option(bool, False, "also check test modules, which are skipped by default")}
     name = "eval-without-no-grad"
     summary = "`model.eval()` followed by forward passes that still record the autograd graph"
     fix_availability = "sometimes"
@@ -521,6 +528,8 @@ class EvalWithoutNoGrad(Rule):
 
     # -- decide ------------------------------------------------------------------
     def finish(self) -> None:
+        if not self.opts[CHECK_TESTS] and is_test_module(self.ctx.path):
+            return
         for key, scope in self.scopes.items():
             if not scope.eval_names:
                 continue

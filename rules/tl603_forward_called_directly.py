@@ -6,7 +6,8 @@ from typing import List, Optional, Set, Tuple
 import libcst as cst
 
 from torchlint.names import dotted_name
-from torchlint.rule import SAFE, Invalid, Rule, Valid
+from torchlint.project import CHECK_TESTS, is_test_module
+from torchlint.rule import SAFE, Invalid, Option, Rule, Valid
 
 # Receivers whose name says "this is a network".
 _MODULE_NAME = re.compile(
@@ -47,6 +48,11 @@ class ForwardCalledDirectly(Rule):
     purpose. Calls on call results and subscripts (`layers[i].forward(x)`)
     are left alone, since what they return is not visible.
 
+    Test modules (`test_*.py`, `*_test.py`, `conftest.py`, files under
+    `test/`, `tests/` or `testing/`) are skipped: a unit test calls the
+    method under test on purpose. Set the `check-tests` option to check
+    them too.
+
     ## Why is this bad?
     `nn.Module.__call__` runs the forward pre-hooks and hooks registered on the
     module, and sets up backward hooks, before and after calling `forward`.
@@ -84,6 +90,7 @@ class ForwardCalledDirectly(Rule):
     """
 
     code = "TL603"
+    options = {CHECK_TESTS: Option(bool, False, "also check test modules, which are skipped by default")}
     name = "forward-called-directly"
     summary = "`module.forward(x)` bypasses the module's hooks; call `module(x)`"
     fix_availability = "always"
@@ -342,6 +349,8 @@ class ForwardCalledDirectly(Rule):
         return False
 
     def finish(self) -> None:
+        if not self.opts[CHECK_TESTS] and is_test_module(self.ctx.path):
+            return
         for call, receiver, built_by, last in self.candidates:
             if not self._is_module(receiver, built_by, last):
                 continue

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import re
-from typing import List, Optional, Set, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -282,6 +282,15 @@ class DistributedSamplerMissing(Rule):
         self.iterable_classes: Set[str] = set()
         # (loader call, sampler verdict, sampler call node or None)
         self.loader_samplers: List[Tuple[cst.Call, str, Optional[cst.Call], bool]] = []
+        # (function node or None, name) -> every value assigned to it so far, in any branch
+        self.assigned: Dict[Tuple[Optional[cst.CSTNode], str], List[cst.BaseExpression]] = {}
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        scope = self.ctx.function.node if self.ctx.function is not None else None
+        for target in node.targets:
+            name = dotted_name(target.target)
+            if name is not None:
+                self.assigned.setdefault((scope, name), []).append(node.value)
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         for base in node.bases:
@@ -320,15 +329,41 @@ class DistributedSamplerMissing(Rule):
             if any(a.star == "**" for a in call.args) and loader is not None and loader.pinned is None:
                 return "unknown", None
             return "none", None
-        value = self._resolve(expr)
+        verdicts = [self._sampler_value(value) for value in self._values(expr)]
+        # Chosen per branch (`if args.distributed: ... else: RandomSampler(...)`): distributed when it can be.
+        for verdict in verdicts:
+            if verdict[0] == "distributed":
+                return verdict
+        if any(verdict[0] == "unknown" for verdict in verdicts):
+            return "unknown", None
+        plain = [verdict for verdict in verdicts if verdict[0].startswith("plain:")]
+        return plain[0] if plain else ("none", None)
+
+    def _values(self, expr: cst.BaseExpression) -> List[cst.BaseExpression]:
+        """Every value ``expr`` (a name) was assigned in this scope, in any branch."""
+        name = dotted_name(expr)
+        if name is None:
+            return [expr]
+        scope = self.ctx.function.node if self.ctx.function is not None else None
+        values = self.assigned.get((scope, name)) or self.assigned.get((None, name))
+        return list(values) if values else [self._resolve(expr) or expr]
+
+    def _sampler_value(self, value: cst.BaseExpression) -> Tuple[str, Optional[cst.Call]]:
         if isinstance(value, cst.Name) and value.value == "None":
             return "none", None
-        text = self.ctx.code_for(value) if value is not None else ""
+        text = self.ctx.code_for(value)
         if "Distributed" in text:
-            distributed_call = None
-            if isinstance(value, cst.Call) and "Distributed" in (last_name(value.func) or ""):
-                distributed_call = value
+            calls = [value] if isinstance(value, cst.Call) else []
+            if isinstance(value, cst.IfExp):
+                calls = [branch for branch in (value.body, value.orelse) if isinstance(branch, cst.Call)]
+            distributed_call = next((c for c in calls if "Distributed" in (last_name(c.func) or "")), None)
             return "distributed", distributed_call
+        if isinstance(value, cst.IfExp):
+            branches = [self._sampler_value(value.body), self._sampler_value(value.orelse)]
+            plain = [b for b in branches if b[0].startswith("plain:")]
+            if plain and all(b[0].startswith("plain:") or b[0] == "none" for b in branches):
+                return plain[0]
+            return "unknown", None
         if isinstance(value, cst.Call) and last_name(value.func) in _NON_DISTRIBUTED_SAMPLERS:
             return f"plain:{last_name(value.func)}", None
         return "unknown", None

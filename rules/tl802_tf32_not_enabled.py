@@ -13,6 +13,25 @@ _LOW_PRECISION = re.compile(
 )
 
 
+# The training precision is decided by a launcher or a config this module does not show.
+_PRECISION_ELSEWHERE = re.compile(r"\bAccelerator\(|set_default_dtype|get_dtype\(|\bprecision\s*=|\bdtype\s*=\s*(cfg|config|args)\b")
+# Models whose time goes into float32 matmuls (transformers, attention, explicit matmuls).
+_MATMUL_MODELS = re.compile(
+    r"Transformer|MultiheadAttention|scaled_dot_product_attention|from_pretrained|torch\.matmul|\.matmul\(|\.bmm\(|torch\.bmm|einsum\(|\bF\.linear\("
+)
+_LINEAR = re.compile(r"\bLinear\(\s*(\d[\d_]*)\s*,\s*(\d[\d_]*)")
+# A Linear layer this large (in x out) is a matmul worth tensor cores; smaller ones make a tiny MLP.
+_LARGE_LINEAR = 512 * 512
+
+
+def _matmul_heavy(source: str) -> bool:
+    """Does the module show a model whose float32 matmuls TF32 would speed up?
+    Convolutions do not count: cuDNN runs them in TF32 by default."""
+    if _MATMUL_MODELS.search(source):
+        return True
+    return any(int(a.replace("_", "")) * int(b.replace("_", "")) >= _LARGE_LINEAR for a, b in _LINEAR.findall(source))
+
+
 class Tf32NotEnabled(Rule):
     """## What it does
     Flags a float32 CUDA *training entry point* that never sets
@@ -31,8 +50,17 @@ class Tf32NotEnabled(Rule):
     `amp`). The finding points at the outermost loop around the training
     loop.
 
+    The module must also show a model whose time goes into float32
+    matmuls: a transformer or attention layer, a `from_pretrained` model,
+    explicit `matmul`/`bmm`/`einsum`, or a `Linear` layer of at least
+    512×512. Convolution-only nets are left alone (cuDNN already runs
+    convolutions in TF32 by default), and so are tiny MLPs and models built
+    in another module.
+
     The rule stays silent when the module mentions TF32 or the float32
-    matmul precision at all: turning it off is a decision too.
+    matmul precision at all (turning it off is a decision too), and when
+    the precision is decided elsewhere (`Accelerator()`, `precision=`, a
+    dtype from the config).
 
     ## Why is this bad?
     Since PyTorch 1.12, float32 matrix multiplications on Ampere and newer
@@ -165,20 +193,48 @@ class Tf32NotEnabled(Rule):
                         self.model(x).sum().backward()
                         self.optimizer.step()
         """),
+        # A tiny MLP: its matmuls are not where the time goes.
+        Valid("""
+            import torch
+            model = torch.nn.Sequential(torch.nn.Linear(784, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10)).cuda()
+            for x, y in loader:
+                torch.nn.functional.cross_entropy(model(x.cuda()), y.cuda()).backward()
+                optimizer.step()
+        """),
+        # Convolutions only: cuDNN already runs them in TF32 (allow_tf32 defaults to True for cuDNN).
+        Valid("""
+            import torch
+            from torch import nn
+            model = nn.Sequential(nn.Conv2d(3, 64, 3), nn.ReLU(), nn.Conv2d(64, 64, 3)).cuda()
+            for x in loader:
+                model(x.cuda()).mean().backward()
+                optimizer.step()
+        """),
+        # The precision is decided by the launcher's configuration.
+        Valid("""
+            import torch
+            from accelerate import Accelerator
+            from transformers import AutoModelForCausalLM
+            accelerator = Accelerator()
+            model = AutoModelForCausalLM.from_pretrained("gpt2").cuda()
+            for batch in loader:
+                accelerator.backward(model(**batch).loss)
+                optimizer.step()
+        """),
     ]
 
     INVALID = [
         Invalid(
             """
             import torch
-            model = torch.nn.Linear(8, 8).cuda()
+            model = torch.nn.Linear(1024, 1024).cuda()
             for x in loader:
                 model(x).sum().backward()
                 optimizer.step()
             """,
             fixed="""
             import torch
-            model = torch.nn.Linear(8, 8).cuda()
+            model = torch.nn.Linear(1024, 1024).cuda()
             torch.set_float32_matmul_precision("high")
             for x in loader:
                 model(x).sum().backward()
@@ -190,14 +246,14 @@ class Tf32NotEnabled(Rule):
         Invalid(
             """
             import torch
-            model = torch.nn.Linear(8, 8).cuda()
+            model = torch.nn.Linear(1024, 1024).cuda()
             for x in loader:
                 model(x).sum().backward()
                 optimizer.step()
             """,
             fixed="""
             import torch
-            model = torch.nn.Linear(8, 8).cuda()
+            model = torch.nn.Linear(1024, 1024).cuda()
             torch.backends.cuda.matmul.allow_tf32 = True
             for x in loader:
                 model(x).sum().backward()
@@ -212,7 +268,7 @@ class Tf32NotEnabled(Rule):
 
             def main():
                 device = torch.device("cuda")
-                model = build().to(device)
+                model = torch.nn.TransformerEncoder(layer, num_layers=12).to(device)
                 for epoch in range(10):
                     for x, y in train_loader:
                         loss = loss_fn(model(x.to(device)), y.to(device))
@@ -228,7 +284,7 @@ class Tf32NotEnabled(Rule):
         Invalid(
             """
             from torch import nn
-            model = nn.Linear(8, 8).to("cuda")
+            model = nn.Linear(1024, 1024).to("cuda")
             for x in loader:
                 model(x).sum().backward()
                 optimizer.step()
@@ -239,6 +295,7 @@ class Tf32NotEnabled(Rule):
         Invalid(
             """
             import torch as T
+            model = T.nn.Linear(4096, 4096).cuda()
             def step(batch):
                 model(batch.cuda()).sum().backward()
                 opt.step()
@@ -247,6 +304,7 @@ class Tf32NotEnabled(Rule):
             """,
             fixed="""
             import torch as T
+            model = T.nn.Linear(4096, 4096).cuda()
             def step(batch):
                 model(batch.cuda()).sum().backward()
                 opt.step()
@@ -255,13 +313,15 @@ class Tf32NotEnabled(Rule):
                 step(next(data_iter))
             """,
             unsafe_fixes=True,
-            line=5,
+            line=6,
         ),
     ]
 
     def finish(self) -> None:
         source = self.ctx.source
         if "cuda" not in source or _DECIDED.search(source) or _LOW_PRECISION.search(source):
+            return
+        if _PRECISION_ELSEWHERE.search(source) or not _matmul_heavy(source):
             return
         loop = training_entry_loop(self.ctx)
         if loop is None:

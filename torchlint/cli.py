@@ -13,9 +13,11 @@ from collections import Counter
 from typing import Dict, List, Optional, Sequence, TextIO, Tuple
 
 from torchlint import __version__
+from torchlint.cache import CACHE_DIR_ENV, DEFAULT_DIR, ResultCache, clean_command
 from torchlint.config import OUTPUT_FORMATS, Config, ConfigError, ConfigFinder, apply_table, parse_version
 from torchlint.discovery import DiscoveryOptions, discover
 from torchlint.linter import FileOptions, syntax_error
+from torchlint.project import project_facts
 from torchlint.registry import all_rules
 from torchlint.reporters import MACHINE_FORMATS, ReportContext, reporters
 from torchlint.rule import Diagnostic
@@ -86,6 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
     files.add_argument("--show-files", action="store_true", help="list the files that would be linted, then exit")
     files.add_argument("--show-settings", action="store_true", help="show the settings for the first file, then exit")
     files.add_argument("-j", "--jobs", type=int, default=None, help="worker processes (default: all cores)")
+    files.add_argument("-n", "--no-cache", action="store_true", help="lint every file again; do not read or write the result cache")
+    files.add_argument("--cache-dir", default=None, metavar="PATH", help=f"where the result cache lives (default: ${CACHE_DIR_ENV}, else ./{DEFAULT_DIR})")
     parser.add_argument("--version", action="version", version=f"torchlint {__version__}")
     return parser
 
@@ -146,7 +150,8 @@ class Settings:
         config = self.config_for(path)
         ignores = parse_per_file_ignores(config.per_file_ignores, config.root, self.rules) + self.cli_ignores
         skipped = ignored_for(path, ignores)
-        key = (id(config), skipped)
+        project = project_facts(path, read_config=not self.args.isolated)
+        key = (id(config), skipped, project.root)
         cached = self._options.get(key)
         if cached is None:
             codes = self.enabled(config) - skipped
@@ -155,6 +160,7 @@ class Settings:
                 rule_options=config.rule_options,
                 target_torch=self.target_torch or config.target_torch,
                 ignore_noqa=self.args.ignore_noqa,
+                project=project,
             )
             self._options[key] = cached
         return cached
@@ -184,6 +190,13 @@ class Settings:
         )
 
 
+def _describe_torch(options: FileOptions) -> Optional[str]:
+    torch = options.torch_range()
+    if not torch.known:
+        return None
+    return f"{torch.describe()} (from {', '.join(torch.sources)})"
+
+
 def _parse_override(entry: str) -> Dict[str, object]:
     try:
         import tomllib
@@ -201,6 +214,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from torchlint.rule_command import main as rule_main
 
         return rule_main(argv[1:])
+    if argv and argv[0] == "clean":
+        return clean_command(argv[1:])
     if argv and argv[0] == "check":
         argv = argv[1:]
     args = build_parser().parse_args(argv)
@@ -241,7 +256,7 @@ def _check(args: argparse.Namespace) -> int:
         config = settings.config_for(target)
         options = settings.file_options(target)
         print(json.dumps({
-            "file": target, "config": config.path, "target-torch": ".".join(map(str, options.target_torch)) if options.target_torch else None,
+            "file": target, "config": config.path, "target-torch": _describe_torch(options),
             "enabled": sorted(r.code for r in options.rules), "rule-options": options.rule_options,
         }, indent=2))
         return 0
@@ -250,7 +265,8 @@ def _check(args: argparse.Namespace) -> int:
         config = settings.config_for(path)
         jobs.append(Job(path, settings.file_options(path), mode, settings.unsafe_fixes(config), settings.fixable(config), args.add_noqa or None))
     workers = args.jobs if args.jobs is not None else default_workers()
-    results = run(jobs, max(1, workers))
+    cache = ResultCache(args.cache_dir) if mode == CHECK and not args.no_cache else None
+    results = run(jobs, max(1, workers), cache)
     results.extend(FileResult(path, [syntax_error(path, f"{reason} (os error 2)")]) for path, reason in missing)
     unsafe = settings.unsafe_fixes(settings.config_for(os.path.join(os.getcwd(), "x.py")))
     return _finish(args, results, mode, unsafe, sys.stdout)

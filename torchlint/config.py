@@ -87,8 +87,7 @@ def load_config(path: str, rules: Dict[str, Type[Rule]], data: Optional[Dict[str
     table = data.get("tool", {}).get("torchlint", {}) if path.endswith("pyproject.toml") else data
     config = Config(path=path, root=os.path.dirname(os.path.abspath(path)))
     apply_table(config, table, path, rules)
-    if config.target_torch is None:
-        config.target_torch = infer_target_torch(data)
+    # Without `target-torch`, the supported versions come from torchlint.project.
     return config
 
 
@@ -149,28 +148,6 @@ def _string_list(value: Any, where: str, key: str) -> List[str]:
     if isinstance(value, str) or not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ConfigError(f"{where}: {key}: expected a list of strings, got {value!r}")
     return list(value)
-
-
-_TORCH_REQUIREMENT = re.compile(r"^\s*torch\s*(\[[^\]]*\])?\s*(?P<spec>[^;]*)", re.IGNORECASE)
-_LOWER_BOUND = re.compile(r"(>=|==|~=|>)\s*(\d+\.\d+)")
-
-
-def infer_target_torch(pyproject: Dict[str, Any]) -> Optional[Tuple[int, int]]:
-    """The lower bound of the project's declared torch requirement, if any."""
-    project = pyproject.get("project", {})
-    requirements = list(project.get("dependencies", []) or [])
-    for extra in (project.get("optional-dependencies", {}) or {}).values():
-        requirements.extend(extra or [])
-    for requirement in requirements:
-        if not isinstance(requirement, str):
-            continue
-        match = _TORCH_REQUIREMENT.match(requirement)
-        if not match or re.match(r"^\s*torch[a-z0-9_-]", requirement, re.IGNORECASE):
-            continue  # torchvision, torch-geometric, …
-        bound = _LOWER_BOUND.search(match.group("spec"))
-        if bound:
-            return parse_version(bound.group(2))
-    return None
 
 
 class ConfigFinder:

@@ -6,7 +6,7 @@ walker calls before any rule sees the node.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -22,6 +22,7 @@ from torchlint.facts import (
     literal_bool,
 )
 from torchlint.names import ImportTable, dotted_name, last_name
+from torchlint.project import ProjectFacts, TorchRange
 from torchlint.rule import Edit, Fix
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -33,11 +34,22 @@ _EXIT_CALLS = frozenset({"sys.exit", "exit", "quit", "os._exit"})
 
 
 class FileContext:
-    def __init__(self, path: str, source: str, module: cst.Module, target_torch: Optional[Tuple[int, int]] = None) -> None:
+    def __init__(
+        self,
+        path: str,
+        source: str,
+        module: cst.Module,
+        target_torch: Optional[Tuple[int, int]] = None,
+        project: Optional[ProjectFacts] = None,
+        torch_range: Optional[TorchRange] = None,
+    ) -> None:
         self.path = path
         self.source = source
         self.module = module
-        self.target_torch = target_torch
+        # The torch versions the code supports (torchlint.project); target_torch is its lower bound.
+        self.project = project or ProjectFacts()
+        self.torch_range = torch_range or TorchRange(target_torch, None)
+        self.target_torch = self.torch_range.lower
         self.names = ImportTable()
         self.facts = ModuleFacts(self.names)
         self.stack: List[cst.CSTNode] = []
@@ -62,12 +74,19 @@ class FileContext:
     def qualified_name(self, node: cst.CSTNode) -> Optional[str]:
         return self.names.qualified_name(node)
 
-    def facts_batch_caller(self, function: FunctionInfo) -> Optional[LoopInfo]:
+    def facts_batch_caller(
+        self,
+        function: FunctionInfo,
+        callers: Optional[Set[str]] = None,
+        is_batch_loop: Optional[Callable[[LoopInfo], bool]] = None,
+    ) -> Optional[LoopInfo]:
         """A batch loop that calls ``function`` (perhaps through other module
-        functions) at a site that runs every iteration. Exact after the walk."""
-        callers = self.facts.callers_of(function)
+        functions) at a site that runs every iteration. Exact after the walk.
+        ``callers`` and ``is_batch_loop`` replace the defaults (every module
+        function reaching ``function``; ``LoopInfo.is_batch_loop``)."""
+        callers = self.facts.callers_of(function) if callers is None else callers
         for loop in self.facts.loops.values():
-            if loop.function is function or not loop.is_batch_loop:
+            if loop.function is function or not (loop.is_batch_loop if is_batch_loop is None else is_batch_loop(loop)):
                 continue
             for name in callers & loop.calls:
                 for site in loop.call_sites.get(name, ()):
@@ -76,8 +95,17 @@ class FileContext:
         return None
 
     def torch_below(self, major: int, minor: int = 0) -> bool:
-        """Does the project target a torch older than major.minor? False if unknown."""
+        """May the code run on a torch older than major.minor? False if unknown."""
         return self.target_torch is not None and self.target_torch < (major, minor)
+
+    def torch_at_least(self, major: int, minor: int = 0) -> bool:
+        """Does every torch the code supports have major.minor's APIs? False if unknown."""
+        return self.target_torch is not None and self.target_torch >= (major, minor)
+
+    def torch_all_below(self, major: int, minor: int = 0) -> bool:
+        """Is every torch the code supports older than major.minor? False if unknown."""
+        upper = self.torch_range.upper
+        return upper is not None and upper < (major, minor)
 
     def code_for(self, node: cst.CSTNode) -> str:
         return self.module.code_for_node(node)

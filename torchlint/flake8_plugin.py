@@ -10,11 +10,13 @@ Columns handed to flake8 are 0-based; it adds 1 when printing.
 from __future__ import annotations
 
 import ast
+import dataclasses
 from typing import Any, Dict, Iterator, List, Sequence, Tuple, Type
 
 from torchlint import __version__
 from torchlint.config import parse_version
 from torchlint.linter import FileOptions, lint_text
+from torchlint.project import project_facts
 from torchlint.registry import all_rules
 
 
@@ -79,6 +81,8 @@ class TorchlintChecker:
 
     def run(self) -> Iterator[Tuple[int, int, str, Type["TorchlintChecker"]]]:
         options = self.options if self.options.rules else FileOptions(rules=list(all_rules().values()), ignore_noqa=True)
+        # The same project facts (supported torch versions) as the CLI sees.
+        options = dataclasses.replace(options, project=project_facts(self.filename))
         output = lint_text("".join(self.lines), self.filename, options)
         for d in output.diagnostics:
             yield d.row, d.column - 1, f"{d.code} {d.message}", type(self)

@@ -12,6 +12,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from torchlint import noqa
 from torchlint.context import FileContext
+from torchlint.project import ProjectFacts, TorchRange, for_file, with_target
 from torchlint.registry import SyntaxErrorRule
 from torchlint.source import split_lines
 from torchlint.rule import Diagnostic, Edit, Fix, ResolvedEdit, ResolvedFix, Rule
@@ -24,8 +25,13 @@ class FileOptions:
 
     rules: Sequence[Type[Rule]]
     rule_options: Dict[str, Dict[str, Any]] = field(default_factory=dict)
-    target_torch: Optional[Tuple[int, int]] = None
+    target_torch: Optional[Tuple[int, int]] = None  # explicit: --target-torch or [tool.torchlint]
     ignore_noqa: bool = False
+    # What the project's manifests and API use say (torchlint.project); None: not looked up.
+    project: Optional[ProjectFacts] = None
+
+    def torch_range(self) -> TorchRange:
+        return with_target(self.project, self.target_torch).torch
 
 
 @dataclass
@@ -73,7 +79,8 @@ def lint_text(text: str, path: str, options: FileOptions) -> LintOutput:
     except RecursionError:
         return LintOutput([syntax_error(path, "SyntaxError: too deeply nested to parse")], [], False)
 
-    ctx = FileContext(path, text, module, options.target_torch)
+    project = with_target(options.project, options.target_torch)
+    ctx = FileContext(path, text, module, project=project, torch_range=for_file(project, text))
     instances = [rule(ctx, {**rule.option_defaults(), **options.rule_options.get(rule.code, {})}) for rule in rules]
     failed: Dict[Rule, InternalError] = {}
 

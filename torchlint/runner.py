@@ -8,7 +8,7 @@ import re
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import libcst as cst
 
@@ -16,6 +16,9 @@ from torchlint import source as sources
 from torchlint.fixer import fix_text, is_applicable
 from torchlint.linter import FileOptions, InternalError, LintOutput, lint_text, syntax_error
 from torchlint.rule import Diagnostic
+
+if TYPE_CHECKING:  # pragma: no cover
+    from torchlint.cache import ResultCache
 
 CHECK, FIX, DIFF, ADD_NOQA = "check", "fix", "diff", "add-noqa"
 
@@ -93,8 +96,31 @@ def run_file(job: Job) -> FileResult:
     return result
 
 
-def run(jobs: Sequence[Job], workers: int) -> List[FileResult]:
-    """Results in the order of ``jobs``, whatever order the workers finish in."""
+def run(jobs: Sequence[Job], workers: int, cache: Optional["ResultCache"] = None) -> List[FileResult]:
+    """Results in the order of ``jobs``, whatever order the workers finish in.
+    With a ``cache``, unchanged files checked before are not linted again."""
+    if cache is None:
+        return _run_all(jobs, workers)
+    results: List[Optional[FileResult]] = [None] * len(jobs)
+    keys: Dict[int, str] = {}
+    for index, job in enumerate(jobs):
+        if job.mode != CHECK:
+            continue
+        try:
+            with open(job.path, "rb") as handle:
+                keys[index] = cache.key(job.path, handle.read(), job.options)
+        except OSError:
+            continue
+        results[index] = cache.get(keys[index])
+    misses = [index for index, result in enumerate(results) if result is None]
+    for index, result in zip(misses, _run_all([jobs[i] for i in misses], workers)):
+        results[index] = result
+        if index in keys and not result.errors:
+            cache.put(keys[index], result)
+    return results  # type: ignore[return-value]
+
+
+def _run_all(jobs: Sequence[Job], workers: int) -> List[FileResult]:
     if workers <= 1 or len(jobs) <= 1:
         return [run_file(job) for job in jobs]
     context = multiprocessing.get_context("fork") if hasattr(os, "fork") else None

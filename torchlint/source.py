@@ -46,21 +46,27 @@ def read(path: str) -> SourceFile:
         return decode(handle.read())
 
 
-def write_atomic(path: str, data: bytes) -> None:
-    """Replace ``path`` with ``data`` all at once, keeping its permissions.
+def write_atomic(path: str, data: bytes, durable: bool = True) -> None:
+    """Replace ``path`` with ``data`` all at once, keeping its permissions
+    (a new file gets 0o644).
 
     The bytes go to a temporary file in the same directory, which is flushed
     and then renamed over the original: a crash or a full disk leaves either
-    the old file or the new one, never half of either.
+    the old file or the new one, never half of either. ``durable=False``
+    skips the fsync (cache entries, which can always be rebuilt).
     """
     directory = os.path.dirname(os.path.abspath(path))
-    mode = os.stat(path).st_mode & 0o7777
+    try:
+        mode = os.stat(path).st_mode & 0o7777
+    except FileNotFoundError:
+        mode = 0o644
     fd, tmp = tempfile.mkstemp(prefix=".torchlint-", suffix=".tmp", dir=directory)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                os.fsync(handle.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:

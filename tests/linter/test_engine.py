@@ -8,7 +8,8 @@ import libcst as cst
 import pytest
 
 from torchlint import gitignore, noqa
-from torchlint.config import infer_target_torch, parse_version
+from torchlint.config import parse_version
+from torchlint.project import infer_target_torch
 from torchlint.fixer import fix_text
 from torchlint.linter import FileOptions, lint_text
 from torchlint.names import ImportTable

@@ -27,3 +27,64 @@ def test_other_modules_are_checked(path):
 @pytest.mark.parametrize("module", ["cutlass", "cuda.bindings.driver", "tensorrt"])
 def test_cuda_toolkit_modules_are_cuda_only(module):
     assert _codes("src/kernels.py", f"import {module}\n" + SOURCE) == []
+
+
+EVAL_SOURCE = "import torch\n\ndef check(model, x):\n    model.eval()\n    return model(x)\n"
+FORWARD_SOURCE = "import torch\n\nmodel = torch.nn.Linear(2, 2)\ny = model.forward(torch.ones(2))\n"
+
+
+@pytest.mark.parametrize("code, source", [("TL601", EVAL_SOURCE), ("TL603", FORWARD_SOURCE)])
+def test_tl601_and_tl603_skip_test_modules_unless_asked(code, source):
+    rule = all_rules()[code]
+
+    def codes(path, **options):
+        out = lint_text(source, path, FileOptions(rules=[rule], rule_options={code: options}))
+        return [d.code for d in out.diagnostics]
+
+    assert codes("tests/models/test_encoder.py") == []
+    assert codes("tests/models/test_encoder.py", **{"check-tests": True}) == [code]
+    assert codes("src/evaluate.py") == [code]
+
+
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        ("import torch\ndef f(rank):\n    torch.cuda.set_device(rank)\n", True),
+        ("import torch.distributed as dist\ndist.init_process_group(backend='nccl')\n", True),
+        ("import torch.distributed as dist\ndist.init_process_group('nccl', init_method='env://')\n", True),
+        ("def f(args):\n    args.dist_backend = 'nccl'\n", True),
+        ("if __name__ == '__main__':\n    torch.cuda.set_device(0)\n", True),
+        ("if args.distributed:\n    torch.cuda.set_device(0)\n", False),
+        ("try:\n    torch.cuda.set_device(0)\nexcept RuntimeError:\n    pass\n", False),
+        ("dist.init_process_group(backend='gloo')\n", False),
+        ("dist.init_process_group(backend=args.backend)\n", False),
+        ("torch.xpu.set_device(0)  # nccl in a comment\n", False),
+    ],
+)
+def test_requires_cuda(source, expected):
+    from torchlint.project import requires_cuda
+
+    assert requires_cuda(source) is expected
+
+
+def test_importing_a_nccl_module_of_the_project(tmp_path):
+    """pkg/distributed.py sets up NCCL unconditionally: modules importing it
+    are CUDA-only by design; others of the project are still checked."""
+    import subprocess
+    import sys
+
+    root = tmp_path / "project"  # (the test's own directory name mentions CUDA: a CUDA-only path)
+    root.mkdir()
+    (root / "setup.py").write_text("from setuptools import setup\nsetup(name='pkg')\n")
+    pkg = root / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "distributed.py").write_text("import torch.distributed as dist\ndef enable():\n    dist.init_process_group(backend='nccl')\n")
+    (pkg / "logging.py").write_text("import torch\nimport pkg.distributed as distributed\ndef sync(x):\n    return torch.tensor(x, device='cuda')\n")
+    (pkg / "other.py").write_text("import torch\ndef sync(x):\n    return torch.tensor(x, device='cuda')\n")
+    out = subprocess.run(
+        [sys.executable, "-m", "torchlint", "check", "--isolated", "--select", "TL501", "--output-format", "concise", str(pkg)],
+        capture_output=True, text=True,
+    )
+    assert "other.py:3:" in out.stdout
+    assert "logging.py" not in out.stdout
