@@ -44,11 +44,11 @@ rare calls (creating or entering a stream, events, collectives, graphs). The
 tap (or the dispatch mode) and gpu_trace are switched on at the first sign of a second
 stream, a collective or a graph capture ("activation"). Until then a
 single-stream program pays nothing per op. What must be known about the
-default stream's earlier work is recovered at activation: if the default
-stream still has work in flight (``query()`` is False), every live block of
-the caching allocator is treated as written by that work, so a new stream
-that touches it without waiting is reported; if it is idle, that work has
-finished and cannot race with anything issued later.
+default stream's earlier work is decided at activation from the program's
+order alone (``race_prehistory.py``): every live block of the caching
+allocator that no host sync seen before activation covers is treated as
+written by unfinished work, so a new stream that touches it without waiting
+is reported, on a fast GPU or a slow one.
 
 torch.compile: under the tap, compiled code runs compiled and only the ATen
 ops it calls are seen; under the dispatch mode, Dynamo runs the function
@@ -66,6 +66,8 @@ from typing import Any, Dict, Hashable, List, Optional, Tuple
 from . import native_tap
 from .findings import RACE, Finding, Frame
 from .happens_before import AllocInfo, CollectiveStream, HappensBefore, Race
+from .race_prehistory import HostSyncLedger, live_blocks
+from .sync import PROTOTYPE_WARNING, SYNC_WARNING
 
 from .frames import raw_user_stack as _raw_user_stack
 from .frames import user_frames_of
@@ -301,6 +303,13 @@ class RaceCheck:
         self._tap_gens: Dict[int, Tuple[int, AllocInfo]] = {}  # base -> (generation, its allocation)
         self._tap_stats: Dict[str, Any] = {}  # the tap's counters, kept at stop()
         self._interception: Optional[str] = None  # "native tap" or "dispatch mode", once active
+        # Host syncs before activation, with the blocks live at each (race_prehistory.py).
+        self._ledger = HostSyncLedger()
+        self._memory_snapshot = None  # torch.cuda.memory_snapshot on CUDA; tests give a fake one
+        self._previous_sync_mode: Optional[int] = None
+        self._showwarning_installed = None
+        self._showwarning_previous = None
+        self._warning_filters: List[tuple] = []
 
     # -- protocol -----------------------------------------------------------
 
@@ -322,6 +331,14 @@ class RaceCheck:
         self._current_stream = self._raw_stream_getter(torch)
         self._dynamo_frames_at_start = self._dynamo_frames()
         self._install_triggers(torch)
+        if self._want_cuda and torch.cuda.is_available():
+            self._memory_snapshot = torch.cuda.memory_snapshot
+            self._watch_implicit_syncs(torch)
+            if torch.cuda.is_initialized():
+                # Work issued before the check existed is finished when its
+                # history begins: one device sync per session, not a guess.
+                torch._C._cuda_synchronize()
+                self._host_synced("the race check's start")
 
     def stop(self) -> None:
         global _ACTIVE
@@ -332,6 +349,7 @@ class RaceCheck:
             _ACTIVE = None
         self._remove_mode()
         self._remove_tap()
+        self._unwatch_implicit_syncs()
         for owner, attribute, original in reversed(self._patches):
             setattr(owner, attribute, original)
         self._patches = []
@@ -415,8 +433,9 @@ class RaceCheck:
         engine.on_race = self._on_race
         self._engine = engine
         if self._device_filter == "cuda":
-            self._seed_default_stream(torch)
             self._register_trace(torch)
+        if self._memory_snapshot is not None:
+            self._seed_unfinished()
         if not self._triton_wrapped:
             self._install_triton_wrapper()
         if tap is not None:
@@ -540,32 +559,38 @@ class RaceCheck:
         self._tap_gens[base] = (number, info)
         return info
 
-    def _seed_default_stream(self, torch) -> None:
-        """The default stream's work before activation, as one launch writing every live block."""
+    # -- what happened before activation (race_prehistory.py) ------------------
+
+    def _live(self):
+        """The caching allocator's live blocks now, or None (recorded as an internal error)."""
         try:
-            busy = not torch.cuda.default_stream().query()
-        except Exception:
-            busy = True
-        if not busy:
-            return
-        items = []
-        try:
-            segments = torch.cuda.memory_snapshot()
+            return live_blocks(self._memory_snapshot())
         except Exception as error:
             self._internal_error("memory_snapshot", error)
+            return None
+
+    def _host_synced(self, kind: str) -> None:
+        """A host sync before activation: every block live now is finished from here on."""
+        if self._engine is not None or not self._started:
+            return  # once active, gpu_trace hands syncs to the engine
+        live = self._live()
+        if live is not None:
+            self._ledger.host_sync(live, kind, _long_site())
+
+    def _seed_unfinished(self) -> None:
+        """The work before activation, as one launch per stream writing every block no host sync ordered."""
+        live = self._live()
+        if live is None:
             return
-        for segment in segments:
-            address = segment.get("address", 0)
-            for block in segment.get("blocks", ()):
-                size = block.get("size", 0)
-                if block.get("state") == "active_allocated" and size:
-                    items.append((address, address + size, True, "(any)", None, None, None, None))
-                address += size
-        if items:
+        by_stream: Dict[Hashable, list] = {}
+        for _device, stream, address, size in self._ledger.unfinished(live):
+            by_stream.setdefault(stream, []).append((address, address + size, True, "(any)", None, None, None, None))
+        for stream, items in by_stream.items():
             self._engine.launch(
-                DEFAULT_STREAM,
+                stream,
                 items,
-                "work queued on the default stream before the race check switched on",
+                "work issued before the race check switched on, after the last host sync"
+                if self._ledger.syncs else "work issued before the race check switched on",
                 (("<before the race check switched on>", 0, "?"),),
             )
 
@@ -687,9 +712,97 @@ class RaceCheck:
         self._patch(Event, "record", record)
         self._patch(Event, "wait", wait)
 
+        original_synchronize = cuda.synchronize
+        original_stream_synchronize = Stream.synchronize
+        original_event_synchronize = Event.synchronize
+
+        def synchronize(*args, **kwargs):
+            result = original_synchronize(*args, **kwargs)
+            if _ACTIVE is check and check._engine is None:
+                check._host_synced("torch.cuda.synchronize()")
+            return result
+
+        def stream_synchronize(this):
+            result = original_stream_synchronize(this)
+            if _ACTIVE is check and check._engine is None:
+                check._host_synced("Stream.synchronize()")
+            return result
+
+        def event_synchronize(this):
+            result = original_event_synchronize(this)
+            if _ACTIVE is check and check._engine is None:
+                check._host_synced("Event.synchronize()")
+            return result
+
+        self._patch(cuda, "synchronize", synchronize)
+        self._patch(Stream, "synchronize", stream_synchronize)
+        self._patch(Event, "synchronize", event_synchronize)
+
         self._install_graph_wrappers(torch)
         self._install_distributed_wrappers(torch)
         self._install_triton_wrapper()
+
+    def _watch_implicit_syncs(self, torch) -> None:
+        """``.item()``, ``.cpu()``, blocking copies: torch's sync debug mode reports them as warnings.
+
+        Free while nothing syncs. A warning of that text is swallowed here
+        unless the session's sync check (whose hook this one wraps) wants it.
+        """
+        import re
+
+        check = self
+        previous = warnings.showwarning
+
+        def showwarning(message, category, filename, lineno, file=None, line=None):
+            if str(message).startswith(SYNC_WARNING):
+                if _ACTIVE is check and check._engine is None:
+                    check._host_synced("a synchronizing call (.item(), .cpu(), a blocking copy...)")
+                if check._previous_sync_mode is not None and not check._sync_check_running():
+                    return None  # the mode is on for this check only: the user did not ask to see these
+            return previous(message, category, filename, lineno, file, line)
+
+        self._showwarning_previous = previous
+        self._showwarning_installed = showwarning
+        warnings.showwarning = showwarning
+        before = list(warnings.filters)
+        warnings.filterwarnings("always", message=re.escape(SYNC_WARNING))
+        self._warning_filters = [entry for entry in warnings.filters if entry not in before]
+        try:
+            mode = torch.cuda.get_sync_debug_mode()
+            if mode == 0:
+                with warnings.catch_warnings():
+                    warnings.filterwarnings("ignore", message=PROTOTYPE_WARNING)
+                    torch.cuda.set_sync_debug_mode("warn")
+                self._previous_sync_mode = mode
+        except Exception as error:
+            self._internal_error("sync debug mode", error)
+
+    def _unwatch_implicit_syncs(self) -> None:
+        torch = self._torch
+        if self._previous_sync_mode is not None and torch is not None:
+            try:
+                with warnings.catch_warnings():
+                    warnings.filterwarnings("ignore", message=PROTOTYPE_WARNING)
+                    torch.cuda.set_sync_debug_mode(self._previous_sync_mode)
+            except Exception as error:
+                self._internal_error("sync debug mode", error)
+            self._previous_sync_mode = None
+        if self._showwarning_installed is not None:
+            if warnings.showwarning is self._showwarning_installed:
+                warnings.showwarning = self._showwarning_previous
+            self._showwarning_installed = None
+        for entry in self._warning_filters:
+            try:
+                warnings.filters.remove(entry)
+            except ValueError:
+                pass
+        if self._warning_filters:
+            warnings._filters_mutated()
+            self._warning_filters = []
+
+    def _sync_check_running(self) -> bool:
+        checks = getattr(self.session, "_checks", None) or ()
+        return any(getattr(other, "name", None) == "sync" for other in checks)
 
     def _install_graph_wrappers(self, torch) -> None:
         graphs = getattr(torch.cuda, "graphs", None)
