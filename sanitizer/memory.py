@@ -25,6 +25,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from . import fragmentation as frag
 from .findings import ALLOC_CHURN, ALLOC_RETRY, FRAGMENTATION, NEAR_CAPACITY, OOM, Finding, Frame
+from .internal_errors import InternalErrors
 from .nvml import NvmlSampler
 
 MiB = 1 << 20
@@ -38,6 +39,12 @@ INACTIVE_SPLIT_TRIGGER_FRACTION = 0.25
 CHURN_MIN_EVENTS = 2
 CHURN_MIN_PER_STEP = 0.2
 CHURN_MIN_STEPS = 2
+# The watcher: raw allocator counters every WATCH_INTERVAL_S on a daemon thread
+# (~8 µs each), so memory is observed while it happens, with or without steps.
+WATCH_INTERVAL_S = 0.02
+NEW_SEGMENT_SNAPSHOT_MIN_INTERVAL_S = 0.1
+MAX_NEW_SEGMENT_SNAPSHOTS = 64
+TIMELINE_POINTS = 2048  # allocated/reserved samples kept; halved (every other one) when full
 
 
 # ------------------------------------------------------------------ stats
@@ -227,23 +234,26 @@ _active_checks: List["MemoryCheck"] = []
 
 
 def _on_out_of_memory(device: int, alloc: int, device_total: int, device_free: int) -> None:
+    check = _active_checks[-1] if _active_checks else None
+    if check is None:
+        return
     try:
-        check = _active_checks[-1] if _active_checks else None
-        if check is not None:
-            check._record_oom(device, alloc, device_total, device_free)
-    except BaseException:  # an exception here would surface inside the allocator
-        pass
+        check._record_oom(device, alloc, device_total, device_free)
+    except BaseException as error:  # an exception here would surface inside the allocator
+        check.errors.record("OOM observer", error)
 
 
-def _ensure_observer(source: Any) -> bool:
+def _ensure_observer(source: Any, errors: Optional[InternalErrors] = None) -> bool:
     global _observer_attached
     with _observer_lock:
         if _observer_attached:
             return True
         try:
             _observer_attached = bool(source.attach_oom_observer(_on_out_of_memory))
-        except Exception:
+        except Exception as error:
             _observer_attached = False
+            if errors is not None:
+                errors.record("OOM observer attach", error)
         return _observer_attached
 
 
@@ -303,6 +313,7 @@ class MemoryCheck:
         clock: Callable[[], float] = time.perf_counter,
         sample_interval_s: float = DEFAULT_SAMPLE_INTERVAL_S,
         thresholds: frag.Thresholds = frag.Thresholds(),
+        watch_interval_s: Optional[float] = WATCH_INTERVAL_S,
     ) -> None:
         self.session = session
         self._source = source
@@ -334,6 +345,23 @@ class MemoryCheck:
         self._ooms: List[_OomEvent] = []
         self._pressure = False
         self._on_active_stack = False
+        self.errors = InternalErrors("memory")
+        # Observed while it happens (the watcher thread, steps, the program's end).
+        self.watch_interval_s = watch_interval_s
+        self._watcher: Optional[threading.Thread] = None
+        self._watch_stop = threading.Event()
+        self._watch_lock = threading.RLock()
+        self._watch_last: Optional[AllocatorStats] = None
+        self._known_segments: Optional[set] = None
+        self._new_segments: List[Dict[str, Any]] = []  # every segment mapped while observed
+        self._waste: Dict[Tuple[Optional[str], Optional[int]], Dict[str, Any]] = {}  # allocating site -> event
+        self._last_new_segment_snapshot = -math.inf
+        self._new_segment_snapshots = 0
+        self._timeline: List[Tuple[float, int, int]] = []
+        self._timeline_every = 1
+        self._timeline_seen = 0
+        self._t0 = clock()
+        self._main_thread = threading.get_ident()
 
     # -------------------------------------------------------------- protocol
 
@@ -355,7 +383,8 @@ class MemoryCheck:
             # Before CUDA's first use every counter is 0; initializing CUDA
             # here would cost the user a context they may not want yet.
             self._start_stats = AllocatorStats()
-            self._last_stats = self._start_stats
+            self._last_stats = self._watch_last = self._start_stats
+            self._known_segments = set()  # no segment exists before CUDA's first use
             source.on_init(self._attach_observer)
         if self._use_nvml and self._nvml is None:
             try:
@@ -363,20 +392,35 @@ class MemoryCheck:
                     self._nvml = NvmlSampler(source.device, pci_bus_id=source.pci_bus_id())
                 else:
                     self._nvml = NvmlSampler(_visible_device_index())
-            except Exception:
+            except Exception as error:
+                self.errors.record("NVML sampler", error)
                 self._nvml = None
         if self._nvml is not None:
             self._nvml.start()
         self._next_sample_at = 0.0
+        self._main_thread = threading.get_ident()
+        self._t0 = self._clock()
+        if self.watch_interval_s and isinstance(source, TorchAllocatorSource):
+            self._watcher = threading.Thread(target=self._watch_loop, name="torchlint-memory-watch", daemon=True)
+            self._watcher.start()
 
     def _attach_observer(self) -> None:
         if not self._stopped:
-            _ensure_observer(self._source)
+            _ensure_observer(self._source, self.errors)
 
     def _on_cuda_ready(self) -> None:
         self._attach_observer()
         stats = self._source.stats()
         self._start_stats = self._last_stats = stats
+        self._watch_last = stats
+        if stats.segments == 0:
+            self._known_segments = set()
+        else:
+            try:
+                segments, _ = self._source.snapshot()
+                self._known_segments = {int(segment.get("address", 0)) for segment in segments}
+            except Exception as error:
+                self.errors.record("snapshot at start", error)
 
     def on_step(self, step: int) -> None:
         self._last_step = step
@@ -384,19 +428,47 @@ class MemoryCheck:
             return
         self._sample(step)
 
+    def on_measurement_start(self) -> None:
+        """The session finished starting (the race check's tap is built): the program's time starts now."""
+        self._t0 = self._clock()
+        if self._nvml is not None:
+            self._nvml.mark_measurement_start()
+
+    def on_program_end(self) -> None:
+        """The script returned (or raised) and its globals still hold its tensors: look now.
+
+        The session's end comes after the script's globals are torn down, when
+        everything it allocated is free: a snapshot then shows an empty cache.
+        """
+        if not self._started or self._stopped or self._source is None:
+            return
+        try:
+            if self._source.is_initialized():
+                self._watch_tick()
+                self._snapshot("program-end", self._last_step, under_pressure=self._under_pressure())
+        except Exception as error:
+            self.errors.record("program-end snapshot", error)
+
     def stop(self) -> None:
         if not self._started or self._stopped:
             return
         self._stopped = True
         self._next_sample_at = math.inf
+        self._watch_stop.set()
+        if self._watcher is not None:
+            self._watcher.join(timeout=5.0)
+            self._watcher = None
         try:
             if self._source is not None and self._source.is_initialized():
+                self._watch_tick()
                 stats = self._take_sample(self._last_step)
                 self._end_stats = stats
                 self._snapshot("session-end", self._last_step, under_pressure=self._under_pressure())
         except Exception as exc:  # a failing allocator query must not break the user's teardown
             self.error = f"final sample failed: {exc!r}"
+            self.errors.record("final sample", exc)
         finally:
+            self.errors.warn()
             if self._nvml is not None:
                 self._nvml.stop()
             if self._on_active_stack:
@@ -474,16 +546,131 @@ class MemoryCheck:
         self._last_snapshot_at[reason] = now
         self._snapshot(reason, step, under_pressure=self._under_pressure())
 
-    def _snapshot(self, reason: str, step: Optional[int], *, under_pressure: bool) -> Optional[_SnapshotRecord]:
-        try:
-            segments, settings = self._source.snapshot()
-        except Exception:
-            return None
+    def _snapshot(
+        self, reason: str, step: Optional[int], *, under_pressure: bool, segments=None, settings=None
+    ) -> Optional[_SnapshotRecord]:
+        if segments is None:
+            try:
+                segments, settings = self._source.snapshot()
+            except Exception as error:
+                self.errors.record(f"snapshot ({reason})", error)
+                return None
         metrics = frag.analyze(segments)
         verdict = frag.judge(metrics, under_pressure=under_pressure, thresholds=self.thresholds)
-        record = _SnapshotRecord(reason, step, metrics, verdict, settings, self._last_stats)
+        record = _SnapshotRecord(reason, step, metrics, verdict, settings or {}, self._last_stats)
         self._snapshots.append(record)
         return record
+
+    # -------------------------------------------------------------- the watcher
+
+    def _watch_loop(self) -> None:
+        while not self._watch_stop.wait(self.watch_interval_s):
+            try:
+                if self._source.is_initialized():
+                    self._watch_tick()
+            except Exception as error:  # a daemon thread: nothing may escape it
+                self.errors.record("memory watcher", error)
+
+    def _watch_tick(self) -> None:
+        """One look at the allocator's counters; a snapshot only when it mapped a new segment."""
+        with self._watch_lock:
+            stats = self._source.stats()
+            previous = self._watch_last
+            self._watch_last = stats
+            self._max_reserved = max(self._max_reserved, stats.reserved)
+            self._max_allocated = max(self._max_allocated, stats.allocated)
+            self._add_timeline_point(stats)
+            if previous is None or stats.num_device_alloc <= previous.num_device_alloc:
+                return
+            site = self._allocating_site()
+            now = self._clock()
+            grew = stats.reserved - previous.reserved
+            self._new_segments.append(
+                {
+                    "t_s": round(now - self._t0, 6),
+                    "reserved_growth_bytes": grew,
+                    "file": site[0].file if site else None,
+                    "line": site[0].line if site else None,
+                }
+            )
+            # Only a segment mapped while cached memory was free can be waste;
+            # judging it needs a snapshot (~0.2 ms), taken right away.
+            if previous.reserved <= previous.allocated and self._known_segments is not None:
+                self._remember_segments()
+                return
+            if (
+                self._new_segment_snapshots >= MAX_NEW_SEGMENT_SNAPSHOTS
+                or now - self._last_new_segment_snapshot < NEW_SEGMENT_SNAPSHOT_MIN_INTERVAL_S
+            ):
+                return
+            self._last_new_segment_snapshot = now
+            self._new_segment_snapshots += 1
+            try:
+                segments, settings = self._source.snapshot()
+            except Exception as error:
+                self.errors.record("snapshot (new segment)", error)
+                return
+            known = self._known_segments
+            self._known_segments = {int(segment.get("address", 0)) for segment in segments}
+            if known is None:
+                return
+            wasted = frag.new_segment_waste(segments, known)
+            if not wasted:
+                return
+            record = self._snapshot("new-segment", self._last_step, under_pressure=self._under_pressure(),
+                                    segments=segments, settings=settings)
+            for waste in wasted:
+                self._note_waste(waste, site, record, stats)
+
+    def _remember_segments(self) -> None:
+        """The segment addresses, for a later judgement (no snapshot unless it may matter)."""
+        try:
+            segments, _ = self._source.snapshot()
+            self._known_segments = {int(segment.get("address", 0)) for segment in segments}
+        except Exception as error:
+            self.errors.record("snapshot (segments)", error)
+
+    def _note_waste(self, waste: "frag.NewSegmentWaste", site: List[Frame], record, stats: AllocatorStats) -> None:
+        top = site[0] if site else None
+        key = (top.file if top else None, top.line if top else None)
+        event = self._waste.get(key)
+        if event is not None:
+            event["count"] += 1
+            if waste.pool_free > event["waste"].pool_free:
+                event.update(waste=waste, record=record, stats=stats)
+            return
+        self._waste[key] = {"waste": waste, "site": site, "record": record, "stats": stats, "count": 1,
+                            "step": self._last_step}
+
+    def _allocating_site(self) -> List[Frame]:
+        """The user's stack on the thread that allocated: this one, or the main thread seen from the watcher."""
+        if threading.get_ident() != self._main_thread:
+            import sys
+
+            frame = sys._current_frames().get(self._main_thread)
+            if frame is None:
+                return []
+            try:
+                from .frames import user_frames_of
+
+                entries = []
+                while frame is not None and len(entries) < 64:
+                    entries.append((frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name))
+                    frame = frame.f_back
+                return [Frame(*entry) for entry in user_frames_of(entries, 8)]
+            except Exception as error:
+                self.errors.record("allocating site", error)
+                return []
+        return _user_stack()
+
+    def _add_timeline_point(self, stats: AllocatorStats) -> None:
+        self._timeline_seen += 1
+        if self._timeline_seen % self._timeline_every:
+            return
+        self._timeline.append((round(self._clock() - self._t0, 6), stats.allocated, stats.reserved))
+        if len(self._timeline) >= TIMELINE_POINTS:
+            self._timeline = self._timeline[::2]
+            self._timeline_every *= 2
 
     # -------------------------------------------------------------- OOM
 
@@ -495,22 +682,22 @@ class MemoryCheck:
         stream = None
         try:
             stats = source.stats(device)
-        except Exception:
-            pass
+        except Exception as error:
+            self.errors.record("OOM observer: stats", error)
         try:
             segments, settings = source.snapshot(device)
-        except Exception:
-            pass
+        except Exception as error:
+            self.errors.record("OOM observer: snapshot", error)
         try:
             stream = source.current_stream(device)
-        except Exception:
-            pass
+        except Exception as error:
+            self.errors.record("OOM observer: stream", error)
         process_used = others_used = None
         if self._nvml is not None and getattr(self._nvml, "available", False):
             try:
                 process_used, others_used = self._nvml.process_usage()
-            except Exception:
-                pass
+            except Exception as error:
+                self.errors.record("OOM observer: NVML", error)
         self._ooms.append(
             _OomEvent(
                 device=int(device),
@@ -557,6 +744,7 @@ class MemoryCheck:
     def findings(self) -> List[Finding]:
         found: List[Finding] = []
         found.extend(self._oom_findings())
+        found.extend(self._waste_findings())
         found.extend(self._fragmentation_findings())
         retry = self._retry_finding()
         if retry is not None:
@@ -675,6 +863,59 @@ class MemoryCheck:
             )
         return found
 
+    def _waste_findings(self) -> List[Finding]:
+        """One finding per allocating line that made the allocator map a segment it did not need."""
+        found = []
+        current_conf = self._source.alloc_conf() if self._source is not None else None
+        for event in self._waste.values():
+            waste: frag.NewSegmentWaste = event["waste"]
+            record = event["record"]
+            site: List[Frame] = event["site"]
+            top = site[0] if site else None
+            expandable = bool(record is not None and record.metrics.expandable)
+            suggested, alternatives = frag.suggest_alloc_conf(current_conf, expandable=expandable, cause=frag.FRAGMENTATION)
+            hint = f"set PYTORCH_ALLOC_CONF={suggested}" if suggested else "free long-lived tensors together"
+            hint += "; or allocate long-lived tensors before the short-lived ones around them"
+            stats: AllocatorStats = event["stats"]
+            details: Dict[str, Any] = {
+                "category": frag.HARD,
+                "trigger": "new-segment",
+                "step": event["step"],
+                **waste.to_json(),
+                "reserved_bytes": stats.reserved,
+                "allocated_bytes": stats.allocated,
+                "site_observed": "main thread when the watcher saw the segment" if top else None,
+                "suggested_alloc_conf": suggested,
+                "alternatives": alternatives,
+            }
+            if record is not None:
+                details["snapshot"] = record.metrics.to_json()
+                details["allocator_settings"] = _compact_settings(record.settings)
+            found.append(
+                Finding(
+                    kind=FRAGMENTATION,
+                    severity="warning",
+                    message=f"hard fragmentation while it happened: {waste.message()}",
+                    file=top.file if top else None,
+                    line=top.line if top else None,
+                    function=top.function if top else None,
+                    stack=list(site),
+                    count=event["count"],
+                    fix_hint=hint,
+                    details=details,
+                )
+            )
+        return found
+
+    def _worst(self) -> Optional[_SnapshotRecord]:
+        """The most fragmented state seen: the snapshot with the most free memory between live blocks."""
+        best = None
+        for record in self._snapshots:
+            hard = record.metrics.free_by_category[frag.HARD]
+            if hard > 0 and (best is None or hard > best.metrics.free_by_category[frag.HARD]):
+                best = record
+        return best
+
     def _retry_finding(self) -> Optional[Finding]:
         start, end = self._start_stats, self._end_stats or self._last_stats
         if start is None or end is None:
@@ -747,7 +988,8 @@ class MemoryCheck:
         if self._nvml is not None:
             try:
                 nvml_findings = self._nvml.findings()
-            except Exception:
+            except Exception as error:
+                self.errors.record("NVML findings", error)
                 nvml_findings = []
         found.extend(nvml_findings)
         has_nvml_capacity = any(f.kind == NEAR_CAPACITY for f in nvml_findings)
@@ -829,9 +1071,34 @@ class MemoryCheck:
                 "measured_steps": self.measured_steps(),
             }
         )
+        # Peaks observed while the program ran (the watcher, steps, the program's end).
+        data["observed_peak_reserved_bytes"] = self._max_reserved
+        data["observed_peak_allocated_bytes"] = self._max_allocated
         if self._snapshots:
             last = self._snapshots[-1]
             data["fragmentation"] = {"trigger": last.reason, "step": last.step, **last.metrics.to_json()}
+        worst = self._worst()
+        if worst is not None:
+            overall = worst.metrics.overall
+            suggested, _ = frag.suggest_alloc_conf(
+                self._source.alloc_conf(), expandable=worst.metrics.expandable, cause=frag.FRAGMENTATION
+            )
+            data["worst_fragmentation"] = {
+                "trigger": worst.reason,
+                "step": worst.step,
+                "reserved_bytes": overall.reserved,
+                "allocated_bytes": overall.allocated,
+                "free_between_live_blocks_bytes": worst.metrics.free_by_category[frag.HARD],
+                "largest_free_block_bytes": overall.largest_free,
+                "external_fragmentation": round(overall.external_fragmentation, 4),
+                "suggested_alloc_conf": suggested,
+            }
+        data["timeline"] = {
+            "points": [list(point) for point in self._timeline],
+            "new_segments": self._new_segments[:TIMELINE_POINTS],
+        }
+        if self.errors:
+            data["internal_errors"] = self.errors.to_json()
         if self._nvml is not None:
             data["nvml"] = self._nvml.summary()
         return data

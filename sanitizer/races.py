@@ -65,6 +65,7 @@ from typing import Any, Dict, Hashable, List, Optional, Tuple
 
 from . import native_tap
 from .findings import RACE, Finding, Frame
+from .internal_errors import InternalErrors
 from .happens_before import AllocInfo, CollectiveStream, HappensBefore, Race
 from .race_prehistory import HostSyncLedger, live_blocks
 from .sync import PROTOTYPE_WARNING, SYNC_WARNING
@@ -285,7 +286,7 @@ class RaceCheck:
         self._stream_names: Dict[Hashable, str] = {DEFAULT_STREAM: "torch.cuda.default_stream()"}
         self._tensor_names: Dict[int, str] = {}
         self._race_context: Dict[int, dict] = {}
-        self._errors: List[str] = []
+        self.errors = InternalErrors("race")
         self._step = 0
         self._activation_reason: Optional[str] = None
         self._device_filter = "cuda"  # tests set "cpu" (and _want_cuda False) to run on CPU tensors
@@ -332,6 +333,7 @@ class RaceCheck:
         self._dynamo_frames_at_start = self._dynamo_frames()
         self._install_triggers(torch)
         if self._want_cuda and torch.cuda.is_available():
+            self._prebuild_tap()
             self._memory_snapshot = torch.cuda.memory_snapshot
             self._watch_implicit_syncs(torch)
             if torch.cuda.is_initialized():
@@ -369,12 +371,7 @@ class RaceCheck:
                 )
         for note in self.notes:
             warnings.warn(f"torchlint race check: {note}", stacklevel=2)
-        if self._errors:
-            warnings.warn(
-                "torchlint race check: internal errors (the check may have missed races): "
-                + "; ".join(self._errors[:5]),
-                stacklevel=2,
-            )
+        self.errors.warn()
 
     def on_step(self, step: int) -> None:
         self._step = step
@@ -401,6 +398,10 @@ class RaceCheck:
         if stats:
             stats.pop("first_error", None)
             data["native_tap"] = stats
+        if self.errors:
+            data["internal_errors"] = self.errors.to_json()
+        if self._ledger.syncs:
+            data["host_syncs_before_activation"] = self._ledger.syncs
         return data
 
     def findings(self) -> List[Finding]:
@@ -462,6 +463,16 @@ class RaceCheck:
             self._tap_unavailable = str(error)
             self.notes.append(f"native tap unavailable ({error}): ops were seen through the slower Python dispatch mode")
             return None
+
+    def _prebuild_tap(self) -> None:
+        """Build (or load) the native tap at start: its 20-30 s build is the sanitizer's time, not the program's."""
+        try:
+            if (self._tap_choice or native_tap.choice()) != "python":
+                native_tap.load()  # prints one progress line on stderr when it builds
+        except native_tap.TapUnavailable:
+            pass  # said once, at activation, if the analysis ever switches on
+        except Exception as error:
+            self._internal_error("native tap build", error)
 
     def _remove_tap(self) -> None:
         tap = self._tap
@@ -1139,8 +1150,7 @@ class RaceCheck:
         self._race_context[id(race)] = context
 
     def _internal_error(self, where: str, error: BaseException) -> None:
-        if len(self._errors) < 20:
-            self._errors.append(f"{where}: {type(error).__name__}: {error}")
+        self.errors.record(where, error)
 
     def _finding(self, race: Race) -> Finding:
         context = self._race_context.get(id(race), {})

@@ -22,7 +22,7 @@ import os
 import runpy
 import sys
 import traceback
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 from .findings import CHECKS, parse_checks
 
@@ -92,8 +92,13 @@ def _exit_code(exc: SystemExit) -> int:
     return 1
 
 
-def run_script(path: str, args: List[str]) -> int:
-    """Run ``path`` as ``__main__`` with ``args``; return its exit status."""
+def run_script(path: str, args: List[str], at_end: Optional[Callable[[], None]] = None) -> int:
+    """Run ``path`` as ``__main__`` with ``args``; return its exit status.
+
+    ``at_end`` runs when the script has returned or raised, while its globals
+    (and so its tensors) are still alive: the returned namespace, or the
+    traceback's frames, hold them until this function returns.
+    """
     script = os.path.abspath(path)
     saved_argv, saved_path0 = sys.argv[:], sys.path[0] if sys.path else None
     sys.argv = [path] + list(args)
@@ -102,14 +107,19 @@ def run_script(path: str, args: List[str]) -> int:
     else:
         sys.path.insert(0, os.path.dirname(script))
     try:
-        runpy.run_path(path, run_name="__main__")  # argv[0] stays as typed
+        namespace = runpy.run_path(path, run_name="__main__")  # argv[0] stays as typed
+        _call(at_end)
+        del namespace
         return 0
     except SystemExit as exc:
+        _call(at_end)
         return _exit_code(exc)
     except KeyboardInterrupt:
+        _call(at_end)
         traceback.print_exc()
         return 130
     except BaseException:
+        _call(at_end)
         # The traceback without the runner's own frames, as python script.py prints it.
         etype, value, tb = sys.exc_info()
         while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) != script:
@@ -120,6 +130,14 @@ def run_script(path: str, args: List[str]) -> int:
         sys.argv = saved_argv
         if saved_path0 is not None and sys.path:
             sys.path[0] = saved_path0
+
+
+def _call(hook: Optional[Callable[[], None]]) -> None:
+    if hook is not None:
+        try:
+            hook()
+        except Exception as error:  # the sanitizer's failure never replaces the script's outcome
+            print(f"torchlint-sanitize: internal error at the program's end: {error}", file=sys.stderr)
 
 
 def main(argv: Optional[List[str]] = None, prog: str = "torchlint-sanitize") -> int:
@@ -167,7 +185,7 @@ def main(argv: Optional[List[str]] = None, prog: str = "torchlint-sanitize") -> 
         print(f"{prog}: error: could not start the sanitizer: {exc}", file=sys.stderr)
         return 2
     try:
-        code = run_script(options.script, options.args)
+        code = run_script(options.script, options.args, at_end=session.program_end)
     finally:
         session.stop()
     from .report import render_summary, write_report
