@@ -57,6 +57,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import frames as _frames
 from .findings import SYNC, Finding, Frame
+from .patching import Patch as _Patch
 
 SYNC_WARNING = "called a synchronizing CUDA operation"
 PROTOTYPE_WARNING = "Synchronization debug mode is a prototype feature"
@@ -197,31 +198,6 @@ class _Site:
         self.silenced_count = 0
         self.tensor: Optional[Dict[str, Any]] = None
         self.in_test = in_test
-
-
-class _Patch:
-    """One attribute replaced on a module or class, restorable exactly."""
-
-    __slots__ = ("owner", "name", "original", "had_own", "replacement")
-
-    def __init__(self, owner: Any, name: str, make: Callable[[Callable], Callable]) -> None:
-        self.owner = owner
-        self.name = name
-        self.had_own = name in vars(owner)
-        self.original = vars(owner)[name] if self.had_own else getattr(owner, name)
-        self.replacement = make(getattr(owner, name))
-
-    def apply(self) -> None:
-        setattr(self.owner, self.name, self.replacement)
-
-    def restore(self) -> None:
-        if self.had_own:
-            setattr(self.owner, self.name, self.original)
-        else:
-            try:
-                delattr(self.owner, self.name)
-            except AttributeError:
-                pass
 
 
 class _ThreadState(threading.local):
