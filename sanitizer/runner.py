@@ -11,6 +11,14 @@ for an uncaught exception; 130 on Ctrl-C), or 3 with ``--strict`` when the
 script exited 0 but findings of a failing kind (``--fail-on``; with
 ``--strict`` alone, every kind) exist. 2: bad usage of the runner itself.
 
+Under ``torchrun`` (``torchrun --nproc_per_node=N -m torchlint.sanitizer
+train.py``, or ``torchrun ... $(which torchlint-sanitize) train.py``) every
+rank runs its own session, prints its summary titled ``[rank r/N]`` and, with
+``--report-json PATH``, writes ``PATH.rank<r>`` (before the extension); the
+last rank to finish merges every rank's report into ``PATH`` and prints the
+merged summary with one line per rank (``ranks.py``). ``--strict`` applies to
+each rank's own findings.
+
 Without a CUDA device it says so in one line and still runs the script.
 ``TORCHLINT_SANITIZER_FORCE=1`` starts the checks anyway (used by the CPU
 test-suite).
@@ -21,10 +29,12 @@ import argparse
 import os
 import runpy
 import sys
+import time
 import traceback
 from typing import Callable, List, Optional
 
 from .findings import CHECKS, parse_checks
+from .ranks import rank_info, rank_path, render_ranks, write_rank_report
 
 EXIT_STRICT = 3
 INACTIVE_LINE = "no CUDA device: GPU sanitizer inactive"
@@ -140,6 +150,27 @@ def _call(hook: Optional[Callable[[], None]]) -> None:
             print(f"torchlint-sanitize: internal error at the program's end: {error}", file=sys.stderr)
 
 
+def _write(prog: str, path: str, report: dict, ranked, started_at: float, limit: int) -> None:
+    """The report at ``path``; under torchrun this rank's own, and the merged one once every rank's is there."""
+    from .report import write_report
+
+    if ranked is None:
+        write_report(path, report)
+        print(f"{prog}: report written to {path}", file=sys.stderr)
+        return
+    merged = write_rank_report(path, report, ranked, started_at)
+    print(f"{prog}: report written to {rank_path(path, ranked.rank)}", file=sys.stderr)
+    if merged is not None:
+        from .findings import Finding
+        from .report import render_summary
+
+        findings = [Finding.from_json({k: v for k, v in data.items() if k != "rank"}) for data in merged["findings"]]
+        title = f"{prog.split(' [')[0]} (all {merged['world_size']} ranks)"
+        print(render_summary(findings, merged.get("steps"), limit=limit, title=title), file=sys.stderr)
+        print(render_ranks(merged), file=sys.stderr)
+        print(f"{title}: merged report written to {path}", file=sys.stderr)
+
+
 def main(argv: Optional[List[str]] = None, prog: str = "torchlint-sanitize") -> int:
     options = _parser(prog).parse_args(argv)
     try:
@@ -168,14 +199,19 @@ def main(argv: Optional[List[str]] = None, prog: str = "torchlint-sanitize") -> 
     frames.add_user_root(os.path.dirname(os.path.abspath(options.script)))
     frames.add_user_root(os.getcwd())
     forced = os.environ.get("TORCHLINT_SANITIZER_FORCE", "").strip().lower() in _TRUE
+    ranked = rank_info()  # under torchrun: this process's rank, its own report, then the merge
+    if ranked is not None:
+        prog = f"{prog} [rank {ranked.rank}/{ranked.world_size}]"
+    started_at = time.time()
     if not (_cuda_available() or forced):
         print(f"{prog}: {INACTIVE_LINE}", file=sys.stderr)
         code = run_script(options.script, options.args)
         if options.report_json:
-            from .report import build_report, write_report
+            from .report import build_report
 
             steps = {"completed": 0, "warmup": 0, "measured": 0, "source": "none"}
-            write_report(options.report_json, build_report([], checks=(), steps=steps, fail_on=fail_on))
+            _write(prog, options.report_json, build_report([], checks=(), steps=steps, fail_on=fail_on), ranked,
+                   started_at, options.limit)
         return code
 
     session = SanitizerSession(checks=checks, warmup_steps=options.warmup_steps, fail_on=fail_on)
@@ -188,14 +224,13 @@ def main(argv: Optional[List[str]] = None, prog: str = "torchlint-sanitize") -> 
         code = run_script(options.script, options.args, at_end=session.program_end)
     finally:
         session.stop()
-    from .report import render_summary, write_report
+    from .report import render_summary
 
     findings = session.findings
     steps = session.steps_summary()
     print(render_summary(findings, steps, limit=options.limit, title=prog), file=sys.stderr)
     if options.report_json:
-        write_report(options.report_json, session.report())
-        print(f"{prog}: report written to {options.report_json}", file=sys.stderr)
+        _write(prog, options.report_json, session.report(), ranked, started_at, options.limit)
     if options.strict and code == 0 and session.failing_findings():
         return EXIT_STRICT
     return code
