@@ -149,3 +149,20 @@ def test_internal_errors_are_recorded_warned_and_reported_never_raised():
     errors = check.summary()["internal_errors"]
     assert errors["count"] >= 2 and "snapshot changed shape" in errors["first"][0]
     assert any("memory check" in str(w.message) and "internal error" in str(w.message) for w in caught)
+
+
+def test_the_allocator_history_gives_the_exact_allocating_line_when_recorded():
+    class Recording(FakeSource):
+        def segment_frames(self, address):
+            if address == NEW["address"]:
+                return [("/site-packages/torch/nn/modules/linear.py", 125, "forward"),
+                        ("/work/project/train.py", 42, "build_cache")]
+            return None
+
+    check, sess, source, clock = make(Recording(segments=[]))
+    check.start()
+    _allocating_program(source, check)
+    check.stop()
+    (finding,) = [f for f in check.findings() if f.details.get("trigger") == "new-segment"]
+    assert (finding.file, finding.line) == ("/work/project/train.py", 42)
+    assert finding.details["site_observed"] == "allocator history (exact)"
