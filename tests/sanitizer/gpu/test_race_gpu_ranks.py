@@ -52,9 +52,10 @@ def test_two_ranks_on_one_gpu_give_one_merged_race_report(tmp_path, interception
     merged = json.loads((tmp_path / "out" / "report.json").read_text())
     racy = next(n for n, text in enumerate(SCRIPT.splitlines(), 1) if "RACY" in text)
     assert merged["world_size"] == 2
-    assert sorted((f["rank"], f["line"]) for f in merged["findings"]) == [(0, racy), (1, racy)], merged["findings"]
+    # gloo copies through its own stream too: the racy line may race with that copy as well, never the correct one.
+    assert {(f["rank"], f["line"]) for f in merged["findings"]} == {(0, racy), (1, racy)}, merged["findings"]
     for entry in merged["ranks"]:
         assert entry["race"]["active"] and entry["race"]["activation_reason"] == "a collective was issued"
         expected = "native tap" if interception == "native" else "dispatch mode"
         assert entry["race"]["interception"] == expected
-    assert "work.wait()" in merged["findings"][0]["fix_hint"]
+    assert any("work.wait()" in f["fix_hint"] for f in merged["findings"])
