@@ -589,6 +589,13 @@ class HappensBefore:
     # -- memory -----------------------------------------------------------
 
     def alloc(self, start: int, end: int, stream: Hashable = None, site: Any = None, label: str = "") -> AllocInfo:
+        # The allocator hands bytes out only after their previous owner was
+        # freed: a pledged owner overlapping them is freed now, even when the
+        # free itself was not seen (the native tap takes frees from new owners).
+        for pledged_start in list(self._pledges):
+            owner = self._live.get(pledged_start)
+            if owner is not None and owner.start < end and start < owner.end:
+                self.free(pledged_start)
         self._index = self._tick()
         self._generation += 1
         info = AllocInfo(start, end, stream, site, label, self._generation)

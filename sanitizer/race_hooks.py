@@ -121,6 +121,25 @@ class TorchHooks:
             activate()
             _TRACE_REGISTERED = True
 
+    def _quiet_memory_trace(self) -> None:
+        """Under the native tap, allocations and frees cost no Python frame.
+
+        Once gpu_trace is on, torch calls each registry's ``fire_callbacks``
+        for every block the caching allocator hands out or takes back. The tap
+        learns of a new owner of the bytes itself (a new generation, which
+        frees the previous owner in the engine and honours its
+        ``record_stream`` pledges), so while it runs the two memory registries
+        call a C builtin instead, unless something else listens on them.
+        Restored at ``stop()``.
+        """
+        trace = sys.modules.get("torch.cuda._gpu_trace")
+        for name in ("CUDAMemoryAllocationCallbacks", "CUDAMemoryDeallocationCallbacks"):
+            registry = getattr(trace, name, None)
+            callbacks = getattr(registry, "callback_list", None)
+            if callbacks is None or any(callback is not _trace_free for callback in callbacks):
+                continue
+            self._patch(registry, "fire_callbacks", id)
+
     # -- cheap wrappers installed at start ------------------------------------
 
     def _patch(self, owner, attribute: str, replacement) -> None:

@@ -256,6 +256,8 @@ class RaceCheck(TorchHooks):
         if tap is not None:
             self._tap = tap
             self._interception = "native tap"
+            if self._device_filter == "cuda":
+                self._quiet_memory_trace()
             tap.enable(self._on_tap, race_ops._gather, self._device_filter != "cuda")
             return
         self._interception = "dispatch mode"
