@@ -35,7 +35,7 @@ while time.time() < end:
 """
 
 
-@pytest.fixture(params=["idle", "busy"])
+@pytest.fixture(params=["idle", "busy"], scope="module")
 def gpu_load(request):
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
