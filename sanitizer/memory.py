@@ -151,6 +151,24 @@ class TorchAllocatorSource:
     def is_initialized(self) -> bool:
         return bool(self._torch.cuda.is_initialized())
 
+    def device_for_thread(self) -> int:
+        """The device to read from a background thread, whose own current device is always 0.
+
+        The program's device once a main-thread call resolved it; until then
+        the rank's ``LOCAL_RANK`` under torchrun (``set_device(local_rank)``
+        is the convention), else 0.
+        """
+        if self._device is not None:
+            return self._device
+        local = os.environ.get("LOCAL_RANK", "")
+        if local.isdigit():
+            try:
+                if int(local) < self._torch.cuda.device_count():
+                    return int(local)
+            except Exception:
+                pass
+        return 0
+
     def on_init(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` once CUDA is initialized, without initializing it."""
         lazy_call = getattr(self._torch.cuda, "_lazy_call", None)
@@ -617,7 +635,10 @@ class MemoryCheck:
     def _watch_tick(self) -> None:
         """One look at the allocator's counters; a snapshot only when it mapped a new segment."""
         with self._watch_lock:
-            stats = self._source.stats()
+            watcher = threading.get_ident() != self._main_thread
+            pick = getattr(self._source, "device_for_thread", None)
+            device = pick() if watcher and pick is not None else None
+            stats = self._source.stats(device)
             previous = self._watch_last
             self._watch_last = stats
             self._max_reserved = max(self._max_reserved, stats.reserved)
@@ -639,7 +660,7 @@ class MemoryCheck:
             # Only a segment mapped while cached memory was free can be waste;
             # judging it needs a snapshot (~0.2 ms), taken right away.
             if previous.reserved <= previous.allocated and self._known_segments is not None:
-                self._remember_segments()
+                self._remember_segments(device)
                 return
             if (
                 self._new_segment_snapshots >= MAX_NEW_SEGMENT_SNAPSHOTS
@@ -649,7 +670,7 @@ class MemoryCheck:
             self._last_new_segment_snapshot = now
             self._new_segment_snapshots += 1
             try:
-                segments, settings = self._source.snapshot()
+                segments, settings = self._source.snapshot(device)
             except Exception as error:
                 self.errors.record("snapshot (new segment)", error)
                 return
@@ -666,10 +687,10 @@ class MemoryCheck:
                 exact = self._segment_site(waste.address)
                 self._note_waste(waste, exact if exact is not None else site, record, stats, exact is not None)
 
-    def _remember_segments(self) -> None:
+    def _remember_segments(self, device: Optional[int] = None) -> None:
         """The segment addresses, for a later judgement (no snapshot unless it may matter)."""
         try:
-            segments, _ = self._source.snapshot()
+            segments, _ = self._source.snapshot(device)
             self._known_segments = {int(segment.get("address", 0)) for segment in segments}
         except Exception as error:
             self.errors.record("snapshot (segments)", error)
