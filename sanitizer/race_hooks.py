@@ -156,6 +156,7 @@ class TorchHooks:
         def stream_new(cls, *args, **kwargs):
             stream = original_new(cls, *args, **kwargs)
             if _ACTIVE is check:
+                check._user_streams.add(getattr(stream, "cuda_stream", None))
                 check._activate("a CUDA stream was created")
             return stream
 

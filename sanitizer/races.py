@@ -122,6 +122,8 @@ class RaceCheck(TorchHooks):
         self._tap_choice: Optional[str] = None  # None: TORCHLINT_RACE_TAP; tests set it
         self._tap_unavailable: Optional[str] = None
         self._tap_keys: Dict[int, Hashable] = {}  # the tap's stream key -> the engine's
+        self._user_streams: set = set()  # streams the program created, entered, waited on or recorded on
+        self._internal_streams: set = set()  # a collective backend's own streams (native tap only)
         self._tap_gens: Dict[int, Tuple[int, AllocInfo]] = {}  # base -> (generation, its allocation)
         self._tap_stats: Dict[str, Any] = {}  # the tap's counters, kept at stop()
         self._interception: Optional[str] = None  # "native tap" or "dispatch mode", once active
@@ -348,9 +350,30 @@ class RaceCheck(TorchHooks):
                 return
             _, claimed, stream = message
             alloc = self._tap_claimed(claimed)
-            self._engine.record_stream(alloc.start, self._tap_stream(stream), capture_site())
+            key = self._tap_stream(stream)
+            if not self._collective_internal(key, getattr(_LOCAL, "collective", 0)):
+                self._engine.record_stream(alloc.start, key, capture_site())
         except Exception as error:  # never break the user's program
             self._internal_error("native tap", error)
+
+    def _collective_internal(self, stream: Hashable, inside_collective: int) -> bool:
+        """Whether a launch belongs to a collective's own implementation, which the check models already.
+
+        The collective wrapper models a collective on a pseudo-stream. The
+        native tap also sees what the backend does on its own streams: gloo
+        copies CUDA tensors through pool streams, in the call and later on its
+        worker thread. A stream first used inside the wrapper that the program
+        itself never created, entered, waited on or recorded on is such an
+        internal stream; its launches are left out, then and later. (The
+        dispatch mode never sees them: it is off inside its own ops and on
+        the backend's threads.)
+        """
+        if stream == DEFAULT_STREAM or stream in self._user_streams:
+            return False
+        if inside_collective:
+            self._internal_streams.add(stream)
+            return True
+        return stream in self._internal_streams
 
     def _tap_claimed(self, claimed) -> AllocInfo:
         """A tensor the tap handed over (its base's history and owner); returns its allocation."""
@@ -361,9 +384,13 @@ class RaceCheck(TorchHooks):
     def _tap_launches(self, launches) -> None:
         engine = self._engine
         alloc = self._tap_alloc
+        inside_collective = getattr(_LOCAL, "collective", 0)
         for stream, seq, op, site, items in launches:
+            key = self._tap_stream(stream)
+            if self._collective_internal(key, inside_collective):
+                continue
             engine.launch(
-                self._tap_stream(stream),
+                key,
                 [(start, end, is_write, arg, tensor, alloc(base, generation), None, None)
                  for start, end, is_write, arg, tensor, base, generation in items],
                 op,
@@ -629,6 +656,8 @@ class RaceCheck(TorchHooks):
     def _name_stream(self, stream) -> None:
         """Remember the user's variable name for a stream (looked up in the user's frame)."""
         key = getattr(stream, "cuda_stream", None)
+        if key is not None:
+            self._user_streams.add(key)
         # The default stream's name is fixed: scanning the user's frame for it
         # (on every set_stream and wait_stream) found nothing to keep.
         if key is None or key == DEFAULT_STREAM or key in self._stream_names:

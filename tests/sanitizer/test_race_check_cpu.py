@@ -400,3 +400,49 @@ def test_scanning_a_user_frame_for_names_does_not_keep_its_locals_alive():
     assert "x" in names
     del x
     assert ref() is None  # a cached f_locals would hold it (and change what the allocator reuses)
+
+
+BACKEND = 0x6262  # a stream the collective backend takes from the pool (gloo copies CUDA tensors through one)
+
+
+class _Work:
+    def wait(self):
+        return True
+
+
+def test_a_collective_backends_own_stream_is_left_out_under_the_native_tap():
+    check = make_check("native")
+    try:
+        x = torch.ones(64)
+
+        def backend_call():
+            with check.streams.on(BACKEND):
+                x.add_(0)  # the backend copies the tensor in, on its own stream
+            return _Work()
+
+        check._collective("all_reduce", [x], [x], None, True, backend_call)
+        with check.streams.on(BACKEND):
+            x.mul_(1)  # and out again later, on its worker thread
+        assert check.findings() == []
+        assert BACKEND in check._internal_streams
+    finally:
+        check.stop()
+
+
+def test_a_program_stream_used_inside_a_collective_is_still_checked():
+    check = make_check("native")
+    try:
+        check._user_streams.add(SIDE)
+        x = torch.ones(64)
+
+        def call():
+            with check.streams.on(SIDE):
+                x.add_(1)  # the program's own stream: not the backend's
+            return _Work()
+
+        check._collective("all_reduce", [x], [x], None, True, call)
+        check._sync_tap()
+        assert check.findings(), "the side-stream write races with the modelled collective"
+        assert SIDE not in check._internal_streams
+    finally:
+        check.stop()
