@@ -155,7 +155,7 @@ class TorchHooks:
 
         def stream_new(cls, *args, **kwargs):
             stream = original_new(cls, *args, **kwargs)
-            if _ACTIVE is check:
+            if _ACTIVE is check and not getattr(_LOCAL, "own_stream", False):
                 check._user_streams.add(getattr(stream, "cuda_stream", None))
                 check._activate("a CUDA stream was created")
             return stream

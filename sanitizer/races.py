@@ -336,7 +336,7 @@ class RaceCheck(TorchHooks):
                 if stream_id == 0:
                     stream = DEFAULT_STREAM
                 else:
-                    stream = self._torch.cuda.Stream(stream_id=stream_id, device_index=device, device_type=1).cuda_stream
+                    stream = self._own_stream_object(stream_id=stream_id, device_index=device, device_type=1)
             self._tap_keys[key] = stream
         return stream
 
@@ -594,13 +594,20 @@ class RaceCheck(TorchHooks):
         raw = getattr(stream, "cuda_stream", None)
         if raw is not None:
             return raw
-        torch = self._torch
         try:
-            return torch.cuda.Stream(
+            return self._own_stream_object(
                 stream_id=stream.stream_id, device_index=stream.device_index, device_type=stream.device_type
-            ).cuda_stream
+            )
         except Exception:
             return ("stream", getattr(stream, "stream_id", id(stream)))
+
+    def _own_stream_object(self, **ids) -> int:
+        """The raw handle of an existing stream, through a ``torch.cuda.Stream`` the program did not create."""
+        _LOCAL.own_stream = True  # Stream.__new__'s wrapper must not count it as the program's
+        try:
+            return self._torch.cuda.Stream(**ids).cuda_stream
+        finally:
+            _LOCAL.own_stream = False
 
     def _triton_launch(self, jit_function, args, kwargs) -> None:
         items = []

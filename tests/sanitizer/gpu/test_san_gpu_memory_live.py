@@ -49,10 +49,11 @@ def test_a_stepless_script_under_the_runner_reports_fragmentation_while_it_happe
     fragmentation = [f for f in data["findings"] if f["kind"] == "fragmentation"]
     triggers = {f["details"]["trigger"] for f in fragmentation}
     assert "new-segment" in triggers, data["findings"]
-    # One finding per line the watcher saw the program at: the allocating line, or one just after it.
+    # One finding per line the watcher saw the program at (the allocating line or one just after it;
+    # none for a segment it first saw after the script had returned).
     live_findings = [f for f in fragmentation if f["details"]["trigger"] == "new-segment"]
-    assert all(f["file"].endswith("fragment.py") for f in live_findings), live_findings
-    live = max(live_findings, key=lambda f: f["details"]["pool_free_bytes"])
+    assert all(f["file"] is None or f["file"].endswith("fragment.py") for f in live_findings), live_findings
+    live = max((f for f in live_findings if f["file"]), key=lambda f: f["details"]["pool_free_bytes"])
     assert live["details"]["pool_free_bytes"] >= live["details"]["request_bytes"]
     assert live["details"]["pool_largest_free_block_bytes"] < live["details"]["request_bytes"]
     assert live["details"]["suggested_alloc_conf"]
