@@ -158,6 +158,28 @@ def write_rank_report(path: str, report: Dict[str, Any], info: RankInfo, started
     return merged
 
 
+def render_merged(merged: Dict[str, Any], title: str, limit: int = 10) -> str:
+    """The merged summary: a headline over every rank, the top sites tagged with their rank, one line per rank."""
+    from .findings import Finding
+    from .report import finding_line, rank as rank_findings, render_summary
+
+    tagged = []
+    for data in merged["findings"]:
+        finding = Finding.from_json({key: value for key, value in data.items() if key != "rank"})
+        tagged.append((finding, data.get("rank")))
+    of_rank = {id(finding): rank for finding, rank in tagged}
+    findings = [finding for finding, _ in tagged]
+    head = render_summary(findings, merged.get("steps"), limit=0, title=title).splitlines()[0]
+    lines = [head]
+    ranked = rank_findings(findings)
+    for finding in ranked[:limit]:
+        lines.append(f"  [rank {of_rank[id(finding)]}] {finding_line(finding)}")
+    if len(ranked) > limit:
+        lines.append(f"  ... and {len(ranked) - limit} more (see the JSON report)")
+    lines.append(render_ranks(merged))
+    return "\n".join(lines)
+
+
 def render_ranks(merged: Dict[str, Any]) -> str:
     """The per-rank lines under a merged summary."""
     lines = [f"merged report of {merged['world_size']} ranks:"]

@@ -34,7 +34,7 @@ import traceback
 from typing import Callable, List, Optional
 
 from .findings import CHECKS, parse_checks
-from .ranks import rank_info, rank_path, render_ranks, write_rank_report
+from .ranks import rank_info, rank_path, render_merged, write_rank_report
 
 EXIT_STRICT = 3
 INACTIVE_LINE = "no CUDA device: GPU sanitizer inactive"
@@ -161,13 +161,8 @@ def _write(prog: str, path: str, report: dict, ranked, started_at: float, limit:
     merged = write_rank_report(path, report, ranked, started_at)
     print(f"{prog}: report written to {rank_path(path, ranked.rank)}", file=sys.stderr)
     if merged is not None:
-        from .findings import Finding
-        from .report import render_summary
-
-        findings = [Finding.from_json({k: v for k, v in data.items() if k != "rank"}) for data in merged["findings"]]
         title = f"{prog.split(' [')[0]} (all {merged['world_size']} ranks)"
-        print(render_summary(findings, merged.get("steps"), limit=limit, title=title), file=sys.stderr)
-        print(render_ranks(merged), file=sys.stderr)
+        print(render_merged(merged, title, limit), file=sys.stderr)
         print(f"{title}: merged report written to {path}", file=sys.stderr)
 
 

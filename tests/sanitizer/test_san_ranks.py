@@ -117,4 +117,5 @@ def test_torchrun_gives_a_report_per_rank_and_one_merged_report(tmp_path):
         own = json.loads((tmp_path / "out" / f"report.rank{rank}.json").read_text())
         assert own["rank"] == rank and len(own["findings"]) == 1
     assert "merged report of 2 ranks" in done.stderr
+    assert f"[rank 1] train.py:{rank1_line}: sync" in done.stderr
     assert "[rank 0/2]" in done.stderr and "[rank 1/2]" in done.stderr
