@@ -249,7 +249,7 @@ def run_child(mode: str, workload: str, folder: Optional[str], steps: int, repea
         if mode_object is not None:
             mode_object.__exit__(None, None, None)
     races_found = len(check.findings()) if check is not None else 0
-    errors = list(check._errors) if check is not None else []
+    errors = (list(check.errors.messages) if hasattr(check, "errors") else list(check._errors)) if check is not None else []
     if check is not None:
         check.stop()
     # Ops and tensor arguments per step, counted in a separate pass (not timed).
