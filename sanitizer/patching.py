@@ -66,3 +66,56 @@ class Patcher:
 
     def __len__(self) -> int:
         return len(self._patches)
+
+
+class WarningHook:
+    """``warnings.showwarning`` wrapped for the warnings whose text starts with ``prefix``, undone exactly.
+
+    ``on_match()`` runs for each such warning and returns True to swallow it,
+    False to hand it to the hook that was there before (another check's, or
+    Python's). An ``"always"`` filter for the text keeps Python's
+    once-per-location rule from collapsing repeats and ``-W error`` from
+    turning them into exceptions. Install it inside pytest's per-test
+    ``catch_warnings``: that context bypasses hooks installed before it.
+    """
+
+    def __init__(self, prefix: str, on_match: Callable[[], bool]) -> None:
+        self.prefix = prefix
+        self.on_match = on_match
+        self._previous: Any = None
+        self._installed: Any = None
+        self._filters: List[tuple] = []
+
+    def install(self) -> None:
+        import re
+        import warnings
+
+        previous = warnings.showwarning
+        prefix, on_match = self.prefix, self.on_match
+
+        def showwarning(message, category, filename, lineno, file=None, line=None):
+            if str(message).startswith(prefix) and on_match():
+                return None
+            return previous(message, category, filename, lineno, file, line)
+
+        self._previous, self._installed = previous, showwarning
+        warnings.showwarning = showwarning
+        before = list(warnings.filters)
+        warnings.filterwarnings("always", message=re.escape(prefix))
+        self._filters = [entry for entry in warnings.filters if entry not in before]
+
+    def remove(self) -> None:
+        import warnings
+
+        if self._installed is not None:
+            if warnings.showwarning is self._installed:
+                warnings.showwarning = self._previous
+            self._installed = None
+        if self._filters:
+            for entry in self._filters:
+                try:
+                    warnings.filters.remove(entry)
+                except ValueError:
+                    pass
+            warnings._filters_mutated()
+            self._filters = []

@@ -22,11 +22,11 @@
 """
 from __future__ import annotations
 
-import re
 import sys
 import threading
 import warnings
 
+from .patching import WarningHook
 from .race_ops import DEFAULT_STREAM, SKIP, capture_long_site
 from .race_ops import plan as plan_of
 from .sync import PROTOTYPE_WARNING, SYNC_WARNING
@@ -242,23 +242,15 @@ class TorchHooks:
         Free while nothing syncs. A warning of that text is swallowed here
         unless the session's sync check (whose hook this one wraps) wants it.
         """
-        check = self
-        previous = warnings.showwarning
+        def on_sync() -> bool:
+            if _ACTIVE is self and self._engine is None:
+                self._host_synced("a synchronizing call (.item(), .cpu(), a blocking copy...)")
+            # Swallowed when the mode is on for this check only (the user did not
+            # ask to see these); handed on to the sync check's hook when it runs.
+            return self._previous_sync_mode is not None and not self._sync_check_running()
 
-        def showwarning(message, category, filename, lineno, file=None, line=None):
-            if str(message).startswith(SYNC_WARNING):
-                if _ACTIVE is check and check._engine is None:
-                    check._host_synced("a synchronizing call (.item(), .cpu(), a blocking copy...)")
-                if check._previous_sync_mode is not None and not check._sync_check_running():
-                    return None  # the mode is on for this check only: the user did not ask to see these
-            return previous(message, category, filename, lineno, file, line)
-
-        self._showwarning_previous = previous
-        self._showwarning_installed = showwarning
-        warnings.showwarning = showwarning
-        before = list(warnings.filters)
-        warnings.filterwarnings("always", message=re.escape(SYNC_WARNING))
-        self._warning_filters = [entry for entry in warnings.filters if entry not in before]
+        self._sync_warnings = WarningHook(SYNC_WARNING, on_sync)
+        self._sync_warnings.install()
         try:
             mode = torch.cuda.get_sync_debug_mode()
             if mode == 0:
@@ -279,18 +271,9 @@ class TorchHooks:
             except Exception as error:
                 self._internal_error("sync debug mode", error)
             self._previous_sync_mode = None
-        if self._showwarning_installed is not None:
-            if warnings.showwarning is self._showwarning_installed:
-                warnings.showwarning = self._showwarning_previous
-            self._showwarning_installed = None
-        for entry in self._warning_filters:
-            try:
-                warnings.filters.remove(entry)
-            except ValueError:
-                pass
-        if self._warning_filters:
-            warnings._filters_mutated()
-            self._warning_filters = []
+        if self._sync_warnings is not None:
+            self._sync_warnings.remove()
+            self._sync_warnings = None
 
     def _sync_check_running(self) -> bool:
         checks = getattr(self.session, "_checks", None) or ()

@@ -131,9 +131,7 @@ class RaceCheck(TorchHooks):
         self._ledger = HostSyncLedger()
         self._memory_snapshot = None  # torch.cuda.memory_snapshot on CUDA; tests give a fake one
         self._previous_sync_mode: Optional[int] = None
-        self._showwarning_installed = None
-        self._showwarning_previous = None
-        self._warning_filters: List[tuple] = []
+        self._sync_warnings = None  # the implicit-sync warning hook (race_hooks.py), before activation
 
     # -- protocol -----------------------------------------------------------
 

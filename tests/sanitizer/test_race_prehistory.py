@@ -197,3 +197,34 @@ def test_the_decision_is_the_same_on_every_run(interception):
 
     results = [run() for _ in range(5)]
     assert results[0] and all(result == results[0] for result in results)
+
+
+def test_implicit_syncs_before_activation_are_recorded_and_not_shown_to_the_user():
+    """.item() and friends reach the check as torch's sync-debug-mode warning, swallowed when only it asked."""
+    import types
+    import warnings
+
+    from torchlint.sanitizer.sync import SYNC_WARNING
+
+    modes = []
+    fake_torch = types.SimpleNamespace(
+        cuda=types.SimpleNamespace(get_sync_debug_mode=lambda: 0, set_sync_debug_mode=modes.append)
+    )
+    check, snapshot = _pending_check("python")
+    real_torch, check._torch = check._torch, fake_torch
+    try:
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("default")
+            check._watch_implicit_syncs(fake_torch)
+            a = torch.rand(4, 2)
+            snapshot.tensors.append(a)
+            for _ in range(2):  # the same line twice: the "always" filter lets both through
+                warnings.warn(SYNC_WARNING + " (Triggered internally at fake.cpp:1.)", UserWarning)
+            warnings.warn("an unrelated warning", UserWarning)
+            check._unwatch_implicit_syncs()
+        assert check._ledger.syncs == 2
+        assert modes == ["warn", 0]  # switched on for the check, and back
+        assert [str(w.message) for w in seen] == ["an unrelated warning"]
+    finally:
+        check._torch = real_torch
+        check.stop()
