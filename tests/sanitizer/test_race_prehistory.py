@@ -91,17 +91,23 @@ def interception(request):
     return request.param
 
 
+def _side_stream_writes(check, *tensors):
+    """Activate (a stream appeared), then write each tensor on the side stream; the findings."""
+    _activate(check)
+    with check.streams.on(SIDE):
+        for tensor in tensors:
+            torch.mul(tensor, 5, out=tensor)
+    check._sync_tap()
+    return check.findings()
+
+
 def test_the_csan_documentation_example_is_found_whatever_the_gpu_finished(interception):
     # a = torch.rand(4, 2, device="cuda"); with torch.cuda.stream(torch.cuda.Stream()): torch.mul(a, 5, out=a)
     check, snapshot = _pending_check(interception)
     try:
         a = torch.rand(4, 2)
         snapshot.tensors.append(a)
-        _activate(check)
-        with check.streams.on(SIDE):
-            torch.mul(a, 5, out=a)
-        check._sync_tap()
-        findings = check.findings()
+        findings = _side_stream_writes(check, a)
         assert len(findings) == 1
         details = findings[0].details
         assert details["first"]["op"] == "work issued before the race check switched on"
@@ -118,11 +124,7 @@ def test_a_host_sync_before_the_side_stream_keeps_a_correct_program_clean(interc
         a = torch.rand(4, 2)
         snapshot.tensors.append(a)
         check._host_synced(sync)
-        _activate(check)
-        with check.streams.on(SIDE):
-            torch.mul(a, 5, out=a)
-        check._sync_tap()
-        assert check.findings() == []
+        assert _side_stream_writes(check, a) == []
     finally:
         check.stop()
 
@@ -135,12 +137,7 @@ def test_a_tensor_made_after_the_last_sync_is_still_unfinished(interception):
         check._host_synced(".item()")
         late = torch.rand(4, 2)
         snapshot.tensors.append(late)
-        _activate(check)
-        with check.streams.on(SIDE):
-            early.mul_(2)
-            late.mul_(2)
-        check._sync_tap()
-        findings = check.findings()
+        findings = _side_stream_writes(check, early, late)
         assert len(findings) == 1
         assert findings[0].details["first"]["op"] == (
             "work issued before the race check switched on, after the last host sync"
