@@ -1,7 +1,12 @@
 """The race check: cross-stream data races in a real PyTorch program.
 
-``RaceCheck`` feeds the happens-before engine (``happens_before.py``) from
-torch and turns its races into findings. How it sees the program:
+``RaceCheck`` (this module: its lifecycle, activation, the native tap's
+messages and the fallback's per-op analysis) feeds the happens-before engine
+(``happens_before.py``) from torch and turns its races into findings. The rest
+of the check: ``race_ops.py`` classifies an op's accesses (the Python twin of
+``race_tap.cpp``), ``race_hooks.py`` holds every hook it installs,
+``race_prehistory.py`` what it records before activation, and
+``race_report.py`` the report text. How it sees the program:
 
 * **Accesses**: every ATen op's CUDA tensor arguments are classified from the
   op's schema: ``Tensor(a!)`` arguments are writes, other tensors reads, fresh
