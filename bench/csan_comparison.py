@@ -1,13 +1,15 @@
-"""Which of the race issue's eight cases torch's CSAN and torchlint each detect.
+"""Which of the race cases torch's CSAN and torchlint each detect.
 
-    python bench/csan_comparison.py [--json PATH]
+    python bench/csan_comparison.py [--json PATH] [--jobs N]
 
 Each case (tests/sanitizer/gpu/race_cases.py) runs in its racy form, in a
 fresh process per (case, detector), because CSAN aborts at its first race and
 its dispatch mode cannot be removed. CSAN counts as "detected" when it raises
 ``CUDASanitizerErrors``; torchlint when its race check returns at least one
 finding. The synchronized twins are run as well, to show false alarms. Prints a
-markdown table.
+markdown table. ``--jobs N`` runs N children at once: detection does not
+depend on timing (case 9 checks exactly that for torchlint), only the wall
+time does.
 """
 from __future__ import annotations
 
@@ -61,6 +63,7 @@ def main(argv=None) -> int:
     parser.add_argument("--child", nargs=3, metavar=("DETECTOR", "CASE", "SYNCHRONIZED"))
     parser.add_argument("--json", help="also write the raw results here")
     parser.add_argument("--timeout", type=float, default=120.0)
+    parser.add_argument("--jobs", type=int, default=1, help="children run at once (default 1)")
     options = parser.parse_args(argv)
     if options.child:
         detector, case, synced = options.child
@@ -70,22 +73,28 @@ def main(argv=None) -> int:
     sys.path.insert(0, CASES_DIR)
     import race_cases  # noqa: F401  (only the names; torch is imported in the children)
 
-    results = []
-    for case in race_cases.CASES:
-        row = {"case": case}
-        for detector in ("csan", "torchlint"):
-            for synced in (False, True):
-                command = [sys.executable, os.path.abspath(__file__), "--child", detector, case, "1" if synced else "0"]
-                try:
-                    done = subprocess.run(command, capture_output=True, text=True, timeout=options.timeout)
-                    lines = [l for l in done.stdout.splitlines() if l.startswith("RESULT ")]
-                    outcome = json.loads(lines[-1][7:]) if lines else {
-                        "detected": None, "error": (done.stderr.strip().splitlines() or ["no output"])[-1][:200]}
-                except subprocess.TimeoutExpired:
-                    outcome = {"detected": None, "error": "timed out"}
-                row[f"{detector}{'_sync' if synced else ''}"] = outcome
-                print(f"  {case:24s} {detector:9s} {'sync ' if synced else 'racy '} {outcome}", file=sys.stderr, flush=True)
-        results.append(row)
+    def run_one(case: str, detector: str, synced: bool) -> dict:
+        command = [sys.executable, os.path.abspath(__file__), "--child", detector, case, "1" if synced else "0"]
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=options.timeout)
+            lines = [l for l in done.stdout.splitlines() if l.startswith("RESULT ")]
+            outcome = json.loads(lines[-1][7:]) if lines else {
+                "detected": None, "error": (done.stderr.strip().splitlines() or ["no output"])[-1][:200]}
+        except subprocess.TimeoutExpired:
+            outcome = {"detected": None, "error": "timed out"}
+        print(f"  {case:24s} {detector:9s} {'sync ' if synced else 'racy '} {outcome}", file=sys.stderr, flush=True)
+        return outcome
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    jobs = [(case, detector, synced) for case in race_cases.CASES for detector in ("csan", "torchlint")
+            for synced in (False, True)]
+    with ThreadPoolExecutor(max_workers=max(1, options.jobs)) as pool:
+        outcomes = list(pool.map(lambda job: run_one(*job), jobs))
+    rows = {case: {"case": case} for case in race_cases.CASES}
+    for (case, detector, synced), outcome in zip(jobs, outcomes):
+        rows[case][f"{detector}{'_sync' if synced else ''}"] = outcome
+    results = list(rows.values())
 
     def cell(outcome, racy):
         if outcome.get("detected") is None:

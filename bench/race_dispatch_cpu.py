@@ -67,6 +67,18 @@ def _load_sanitizer(folder: Optional[str]):
     return races
 
 
+def _hooks_of(races):
+    """The module holding the gpu_trace callbacks, and the long-site capture, in this revision or an older one."""
+    try:
+        import importlib
+
+        hooks = importlib.import_module(races.__name__.rsplit(".", 1)[0] + ".race_hooks")
+        ops = importlib.import_module(races.__name__.rsplit(".", 1)[0] + ".race_ops")
+        return hooks, ops.capture_long_site
+    except ImportError:  # before races.py was split
+        return races, races._long_site
+
+
 class FakeStream:
     """Stands in for a torch.cuda.Stream: what the check reads of one is ``cuda_stream``."""
 
@@ -94,6 +106,7 @@ def build(torch, races, check, workload: str, width: int, batch: int):
     state: Dict[str, object] = {"i": 0, "next": None}
     current = check._current_stream if check is not None else None
     default_stream, side_stream = FakeStream(0), FakeStream(SIDE)
+    hooks, long_site = _hooks_of(races)
 
     def wait_stream(waiter, waitee):
         # What Stream.wait_stream's wrapper and gpu_trace's callbacks do on the GPU.
@@ -101,12 +114,12 @@ def build(torch, races, check, workload: str, width: int, batch: int):
             return
         check._name_stream(waiter)
         check._name_stream(waitee)
-        races._LOCAL.hint = ("wait_stream", races._long_site())
+        hooks._LOCAL.hint = ("wait_stream", long_site())
         try:
-            races._trace_event_record(EVENT, waitee.cuda_stream)
-            races._trace_event_wait(EVENT, waiter.cuda_stream)
+            hooks._trace_event_record(EVENT, waitee.cuda_stream)
+            hooks._trace_event_wait(EVENT, waiter.cuda_stream)
         finally:
-            races._LOCAL.hint = None
+            hooks._LOCAL.hint = None
 
     def on_side(function):
         if check is None:
@@ -150,7 +163,7 @@ def build(torch, races, check, workload: str, width: int, batch: int):
         keep = held.get("bases") or persistent()
         keep = keep | {nxt.data_ptr() - nxt.storage_offset() * nxt.element_size()}
         for base in [b for b in check._allocs if b not in keep]:
-            races._trace_free(base)
+            hooks._trace_free(base)
 
     inputs_fixed = host[0]
 
@@ -236,7 +249,7 @@ def run_child(mode: str, workload: str, folder: Optional[str], steps: int, repea
         if mode_object is not None:
             mode_object.__exit__(None, None, None)
     races_found = len(check.findings()) if check is not None else 0
-    errors = list(check._errors) if check is not None else []
+    errors = (list(check.errors.messages) if hasattr(check, "errors") else list(check._errors)) if check is not None else []
     if check is not None:
         check.stop()
     # Ops and tensor arguments per step, counted in a separate pass (not timed).

@@ -123,10 +123,10 @@ WORKLOADS: Dict[str, Callable] = {
 }
 
 # The issue's targets (ratio to baseline) for the default check set.
-TARGETS = {("launch-bound", "sync+memory"): 1.05, ("transformer", "sync+memory"): 1.02,
-           # race issue: single-stream workloads pay almost nothing; two streams at most 2x
-           ("launch-bound", "race"): 1.10, ("transformer", "race"): 1.10, ("prefetch", "race"): 2.0,
-           ("prefetch-transformer", "race"): 2.0}
+TARGETS = {("launch-bound", "sync+memory"): 1.03, ("transformer", "sync+memory"): 1.03,
+           # issue 13: single-stream programs pay (almost) nothing; two streams at most 1.5x
+           ("launch-bound", "race"): 1.05, ("transformer", "race"): 1.05, ("prefetch", "race"): 1.5,
+           ("prefetch-transformer", "race"): 1.5}
 
 
 # --- modes ----------------------------------------------------------------------

@@ -578,3 +578,86 @@ def oom_verdict(
         suggested_alloc_conf=suggested,
         alternatives=alternatives,
     )
+
+
+# ---------------------------------------------------------------- a new segment, judged as it is mapped
+
+
+@dataclass
+class NewSegmentWaste:
+    """A segment the allocator mapped while its pool already held enough free cached memory.
+
+    ``request`` is the largest live block of the new segment (the rounded
+    request that most likely made the allocator map it); ``pool_free`` and
+    ``pool_largest_free`` are the free memory of the same stream's same pool
+    in the segments that existed before. Enough free memory in total, but no
+    free block large enough: the cache is fragmented, and this request paid
+    for it with a new segment.
+    """
+
+    address: int
+    stream: int
+    pool: str
+    segment_bytes: int
+    request: int
+    pool_free: int
+    pool_largest_free: int
+    pool_segments: int
+
+    def message(self) -> str:
+        return (
+            f"a new {format_bytes(self.segment_bytes)} segment was mapped for a {format_bytes(self.request)} "
+            f"request while {format_bytes(self.pool_free)} lay free in {self.pool_segments} cached segment(s) of the "
+            f"same pool and stream (largest free block {format_bytes(self.pool_largest_free)}): "
+            "the free memory is in gaps between live blocks"
+        )
+
+    def to_json(self) -> Dict[str, Any]:
+        return {
+            "segment_address": hex(self.address),
+            "stream": self.stream,
+            "pool": self.pool,
+            "segment_bytes": self.segment_bytes,
+            "request_bytes": self.request,
+            "pool_free_bytes": self.pool_free,
+            "pool_largest_free_block_bytes": self.pool_largest_free,
+            "pool_segments": self.pool_segments,
+        }
+
+
+def new_segment_waste(segments: List[Mapping[str, Any]], known: Iterable[int]) -> List[NewSegmentWaste]:
+    """The segments of a snapshot not in ``known`` (addresses) that were mapped although free memory sufficed."""
+    known = set(known)
+    pools: Dict[Tuple[int, str], PoolMetrics] = {}
+    fresh = []
+    for segment in segments:
+        metrics = segment_metrics(segment)
+        if int(segment.get("address", 0)) in known:
+            key = (metrics.stream, metrics.pool)
+            pools.setdefault(key, PoolMetrics(stream=metrics.stream, pool=metrics.pool)).merge(metrics)
+        else:
+            fresh.append((segment, metrics))
+    wasted = []
+    for segment, metrics in fresh:
+        request = max(
+            (int(b.get("size", 0)) for b in segment.get("blocks") or () if _block_state(b) == "allocated"),
+            default=metrics.allocated,
+        )
+        pool = pools.get((metrics.stream, metrics.pool))
+        if not request or pool is None or pool.total_free < request or pool.largest_free >= request:
+            # Not enough free memory (a new segment was needed), or a free block
+            # that fits (the allocator had another reason: not fragmentation).
+            continue
+        wasted.append(
+            NewSegmentWaste(
+                address=int(segment.get("address", 0)),
+                stream=metrics.stream,
+                pool=metrics.pool,
+                segment_bytes=metrics.reserved,
+                request=request,
+                pool_free=pool.total_free,
+                pool_largest_free=pool.largest_free,
+                pool_segments=pool.segments,
+            )
+        )
+    return wasted

@@ -589,6 +589,13 @@ class HappensBefore:
     # -- memory -----------------------------------------------------------
 
     def alloc(self, start: int, end: int, stream: Hashable = None, site: Any = None, label: str = "") -> AllocInfo:
+        # The allocator hands bytes out only after their previous owner was
+        # freed: a pledged owner overlapping them is freed now, even when the
+        # free itself was not seen (the native tap takes frees from new owners).
+        for pledged_start in list(self._pledges):
+            owner = self._live.get(pledged_start)
+            if owner is not None and owner.start < end and start < owner.end:
+                self._release(pledged_start)
         self._index = self._tick()
         self._generation += 1
         info = AllocInfo(start, end, stream, site, label, self._generation)
@@ -598,6 +605,10 @@ class HappensBefore:
 
     def free(self, start: int, end: Optional[int] = None, site: Any = None) -> None:
         self._index = self._tick()
+        self._release(start, end)
+
+    def _release(self, start: int, end: Optional[int] = None) -> None:
+        """The block at ``start`` is no longer its owner's: honour its ``record_stream`` pledges."""
         info = self._live.pop(start, None)
         if info is not None:
             info.freed = True

@@ -11,8 +11,8 @@ near the cap, many inactive split blocks, an OOM, the session's end) and
 rate-limited. ``memory_allocated()``/``memory_reserved()`` are never called:
 each is a full ``memory_stats()``.
 
-Every torch call sits behind ``TorchAllocatorSource``; the CPU tests drive
-``MemoryCheck`` with a fake source and a fake clock.
+Every torch call sits behind ``TorchAllocatorSource`` (``allocator.py``); the
+CPU tests drive ``MemoryCheck`` with a fake source and a fake clock.
 """
 from __future__ import annotations
 
@@ -20,12 +20,14 @@ import math
 import os
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from . import fragmentation as frag
 from . import timeline as _timeline
+from .allocator import AllocatorStats, TorchAllocatorSource
 from .findings import ALLOC_CHURN, ALLOC_RETRY, FRAGMENTATION, NEAR_CAPACITY, OOM, Finding, Frame
+from .internal_errors import InternalErrors
 from .nvml import NvmlSampler
 
 MiB = 1 << 20
@@ -39,183 +41,15 @@ INACTIVE_SPLIT_TRIGGER_FRACTION = 0.25
 CHURN_MIN_EVENTS = 2
 CHURN_MIN_PER_STEP = 0.2
 CHURN_MIN_STEPS = 2
-
-
-# ------------------------------------------------------------------ stats
-
-
-@dataclass(frozen=True)
-class AllocatorStats:
-    """The allocator counters the check reads, from one stats call."""
-
-    allocated: int = 0
-    reserved: int = 0
-    active: int = 0
-    requested: int = 0
-    inactive_split_bytes: int = 0
-    inactive_split: int = 0
-    segments: int = 0
-    allocated_peak: int = 0
-    reserved_peak: int = 0
-    num_alloc_retries: int = 0
-    num_ooms: int = 0
-    num_sync_all_streams: int = 0
-    num_device_alloc: int = 0
-    num_device_free: int = 0
-
-    _POOLED = (
-        ("allocated", "allocated_bytes", "current"),
-        ("reserved", "reserved_bytes", "current"),
-        ("active", "active_bytes", "current"),
-        ("requested", "requested_bytes", "current"),
-        ("inactive_split_bytes", "inactive_split_bytes", "current"),
-        ("inactive_split", "inactive_split", "current"),
-        ("segments", "segment", "current"),
-        ("allocated_peak", "allocated_bytes", "peak"),
-        ("reserved_peak", "reserved_bytes", "peak"),
-    )
-    _SCALARS = ("num_alloc_retries", "num_ooms", "num_sync_all_streams", "num_device_alloc", "num_device_free")
-
-    @classmethod
-    def from_nested(cls, stats: Mapping[str, Any]) -> "AllocatorStats":
-        """From ``torch.cuda.memory_stats_as_nested_dict()`` (or the raw C call)."""
-        values: Dict[str, int] = {}
-        for field_name, stat, which in cls._POOLED:
-            values[field_name] = int(((stats.get(stat) or {}).get("all") or {}).get(which, 0))
-        for name in cls._SCALARS:
-            values[name] = int(stats.get(name, 0) or 0)
-        return cls(**values)
-
-    @classmethod
-    def from_flat(cls, stats: Mapping[str, Any]) -> "AllocatorStats":
-        """From ``torch.cuda.memory_stats()``'s flat ``"allocated_bytes.all.current"`` keys."""
-        values: Dict[str, int] = {}
-        for field_name, stat, which in cls._POOLED:
-            values[field_name] = int(stats.get(f"{stat}.all.{which}", 0))
-        for name in cls._SCALARS:
-            values[name] = int(stats.get(name, 0) or 0)
-        return cls(**values)
-
-    @property
-    def reserved_unallocated(self) -> int:
-        return max(0, self.reserved - self.allocated)
-
-    @property
-    def slack(self) -> float:
-        return self.reserved_unallocated / self.reserved if self.reserved else 0.0
-
-    def to_json(self) -> Dict[str, int]:
-        return asdict(self)
-
-
-# ------------------------------------------------------------------ torch adapter
-
-
-class TorchAllocatorSource:
-    """The only code in this module that calls torch."""
-
-    def __init__(self, torch: Any, device: Optional[int] = None) -> None:
-        self._torch = torch
-        self._device = device
-        self._raw_stats = getattr(torch._C, "_cuda_memoryStats", None)
-
-    @classmethod
-    def create(cls, device: Optional[int] = None) -> Optional["TorchAllocatorSource"]:
-        try:
-            import torch
-        except ImportError:
-            return None
-        try:
-            if torch.cuda.device_count() == 0:
-                return None
-        except Exception:
-            return None
-        return cls(torch, device)
-
-    @property
-    def device(self) -> int:
-        if self._device is None:
-            self._device = self._torch.cuda.current_device()
-        return self._device
-
-    def is_initialized(self) -> bool:
-        return bool(self._torch.cuda.is_initialized())
-
-    def on_init(self, callback: Callable[[], None]) -> None:
-        """Run ``callback`` once CUDA is initialized, without initializing it."""
-        lazy_call = getattr(self._torch.cuda, "_lazy_call", None)
-        if self.is_initialized() or lazy_call is None:
-            callback()
-        else:
-            lazy_call(callback)
-
-    def stats(self, device: Optional[int] = None) -> AllocatorStats:
-        index = self.device if device is None else device
-        if self._raw_stats is not None:
-            try:
-                return AllocatorStats.from_nested(self._raw_stats(index))
-            except Exception:
-                self._raw_stats = None
-        return AllocatorStats.from_nested(self._torch.cuda.memory_stats_as_nested_dict(index))
-
-    def mem_get_info(self, device: Optional[int] = None) -> Tuple[int, int]:
-        free, total = self._torch.cuda.mem_get_info(self.device if device is None else device)
-        return int(free), int(total)
-
-    def cap(self, total: int, device: Optional[int] = None) -> int:
-        """The process's allowed bytes: total times ``set_per_process_memory_fraction``."""
-        get_fraction = getattr(self._torch.cuda, "get_per_process_memory_fraction", None)
-        if get_fraction is None:
-            return total
-        try:
-            return int(total * float(get_fraction(self.device if device is None else device)))
-        except Exception:
-            return total
-
-    def snapshot(self, device: Optional[int] = None) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
-        """(segments of this device, allocator_settings)."""
-        index = self.device if device is None else device
-        settings: Dict[str, Any] = {}
-        private = getattr(self._torch.cuda.memory, "_snapshot", None)
-        if private is not None:
-            try:
-                snap = private()
-                segments = snap.get("segments", [])
-                settings = dict(snap.get("allocator_settings") or {})
-            except Exception:
-                segments = self._torch.cuda.memory_snapshot()
-        else:
-            segments = self._torch.cuda.memory_snapshot()
-        return [s for s in segments if int(s.get("device", index)) == index], settings
-
-    def current_stream(self, device: Optional[int] = None) -> Optional[int]:
-        try:
-            return int(self._torch.cuda.current_stream(self.device if device is None else device).cuda_stream)
-        except Exception:
-            return None
-
-    def attach_oom_observer(self, callback: Callable[[int, int, int, int], None]) -> bool:
-        attach = getattr(self._torch._C, "_cuda_attach_out_of_memory_observer", None)
-        if attach is None:
-            return False
-        attach(callback)
-        return True
-
-    def pci_bus_id(self) -> Optional[str]:
-        try:
-            props = self._torch.cuda.get_device_properties(self.device)
-            return f"{props.pci_domain_id:08X}:{props.pci_bus_id:02X}:{props.pci_device_id:02X}.0"
-        except Exception:
-            return None
-
-    def device_name(self) -> Optional[str]:
-        try:
-            return str(self._torch.cuda.get_device_name(self.device))
-        except Exception:
-            return None
-
-    def alloc_conf(self) -> Optional[str]:
-        return os.environ.get("PYTORCH_ALLOC_CONF") or os.environ.get("PYTORCH_CUDA_ALLOC_CONF")
+# The watcher: raw allocator counters every WATCH_INTERVAL_S on a daemon thread
+# (~8 µs each), so memory is observed while it happens, with or without steps.
+WATCH_INTERVAL_S = 0.02
+NEW_SEGMENT_SNAPSHOT_MIN_INTERVAL_S = 0.1
+MAX_NEW_SEGMENT_SNAPSHOTS = 64
+TIMELINE_POINTS = 2048  # allocated/reserved samples kept; halved (every other one) when full
+# TORCHLINT_MEMORY_HISTORY=1: the allocator records a Python stack per allocation
+# (+~24% on a launch-bound step), so a wasteful segment names its exact line.
+HISTORY_ENV = "TORCHLINT_MEMORY_HISTORY"
 
 
 # ------------------------------------------------------------------ OOM observer
@@ -228,23 +62,26 @@ _active_checks: List["MemoryCheck"] = []
 
 
 def _on_out_of_memory(device: int, alloc: int, device_total: int, device_free: int) -> None:
+    check = _active_checks[-1] if _active_checks else None
+    if check is None:
+        return
     try:
-        check = _active_checks[-1] if _active_checks else None
-        if check is not None:
-            check._record_oom(device, alloc, device_total, device_free)
-    except BaseException:  # an exception here would surface inside the allocator
-        pass
+        check._record_oom(device, alloc, device_total, device_free)
+    except BaseException as error:  # an exception here would surface inside the allocator
+        check.errors.record("OOM observer", error)
 
 
-def _ensure_observer(source: Any) -> bool:
+def _ensure_observer(source: Any, errors: Optional[InternalErrors] = None) -> bool:
     global _observer_attached
     with _observer_lock:
         if _observer_attached:
             return True
         try:
             _observer_attached = bool(source.attach_oom_observer(_on_out_of_memory))
-        except Exception:
+        except Exception as error:
             _observer_attached = False
+            if errors is not None:
+                errors.record("OOM observer attach", error)
         return _observer_attached
 
 
@@ -304,6 +141,7 @@ class MemoryCheck:
         clock: Callable[[], float] = time.perf_counter,
         sample_interval_s: float = DEFAULT_SAMPLE_INTERVAL_S,
         thresholds: frag.Thresholds = frag.Thresholds(),
+        watch_interval_s: Optional[float] = WATCH_INTERVAL_S,
     ) -> None:
         self.session = session
         self._source = source
@@ -335,6 +173,24 @@ class MemoryCheck:
         self._ooms: List[_OomEvent] = []
         self._pressure = False
         self._on_active_stack = False
+        self.errors = InternalErrors("memory")
+        # Observed while it happens (the watcher thread, steps, the program's end).
+        self.watch_interval_s = watch_interval_s
+        self._watcher: Optional[threading.Thread] = None
+        self._watch_stop = threading.Event()
+        self._watch_lock = threading.RLock()
+        self._watch_last: Optional[AllocatorStats] = None
+        self._known_segments: Optional[set] = None
+        self._new_segments: List[Dict[str, Any]] = []  # every segment mapped while observed
+        self._waste: Dict[Tuple[Optional[str], Optional[int]], Dict[str, Any]] = {}  # allocating site -> event
+        self._last_new_segment_snapshot = -math.inf
+        self._new_segment_snapshots = 0
+        self._timeline: List[Tuple[float, int, int]] = []
+        self._timeline_every = 1
+        self._timeline_seen = 0
+        self._t0 = clock()
+        self._main_thread = threading.get_ident()
+        self._recording_history = False
 
     # -------------------------------------------------------------- protocol
 
@@ -356,7 +212,8 @@ class MemoryCheck:
             # Before CUDA's first use every counter is 0; initializing CUDA
             # here would cost the user a context they may not want yet.
             self._start_stats = AllocatorStats()
-            self._last_stats = self._start_stats
+            self._last_stats = self._watch_last = self._start_stats
+            self._known_segments = set()  # no segment exists before CUDA's first use
             source.on_init(self._attach_observer)
         if self._use_nvml and self._nvml is None:
             try:
@@ -364,20 +221,41 @@ class MemoryCheck:
                     self._nvml = NvmlSampler(source.device, pci_bus_id=source.pci_bus_id())
                 else:
                     self._nvml = NvmlSampler(_visible_device_index())
-            except Exception:
+            except Exception as error:
+                self.errors.record("NVML sampler", error)
                 self._nvml = None
         if self._nvml is not None:
             self._nvml.start()
         self._next_sample_at = 0.0
+        self._main_thread = threading.get_ident()
+        self._recording_history = False
+        self._t0 = self._clock()
+        if os.environ.get(HISTORY_ENV, "").strip().lower() in ("1", "true", "yes", "on"):
+            try:
+                self._recording_history = bool(source.record_history(True))
+            except Exception as error:
+                self.errors.record("memory history", error)
+        if self.watch_interval_s and isinstance(source, TorchAllocatorSource):
+            self._watcher = threading.Thread(target=self._watch_loop, name="torchlint-memory-watch", daemon=True)
+            self._watcher.start()
 
     def _attach_observer(self) -> None:
         if not self._stopped:
-            _ensure_observer(self._source)
+            _ensure_observer(self._source, self.errors)
 
     def _on_cuda_ready(self) -> None:
         self._attach_observer()
         stats = self._source.stats()
         self._start_stats = self._last_stats = stats
+        self._watch_last = stats
+        if stats.segments == 0:
+            self._known_segments = set()
+        else:
+            try:
+                segments, _ = self._source.snapshot()
+                self._known_segments = {int(segment.get("address", 0)) for segment in segments}
+            except Exception as error:
+                self.errors.record("snapshot at start", error)
 
     def on_step(self, step: int) -> None:
         self._last_step = step
@@ -409,19 +287,53 @@ class MemoryCheck:
                         (top[0].file, top[0].line) if top else None)
         timeline.overhead("memory", time.perf_counter() - began)
 
+    def on_measurement_start(self) -> None:
+        """The session finished starting (the race check's tap is built): the program's time starts now."""
+        self._t0 = self._clock()
+        if self._nvml is not None:
+            self._nvml.mark_measurement_start()
+
+    def on_program_end(self) -> None:
+        """The script returned (or raised) and its globals still hold its tensors: look now.
+
+        The session's end comes after the script's globals are torn down, when
+        everything it allocated is free: a snapshot then shows an empty cache.
+        """
+        if not self._started or self._stopped or self._source is None:
+            return
+        try:
+            if self._source.is_initialized():
+                self._watch_tick()
+                self._snapshot("program-end", self._last_step, under_pressure=self._under_pressure())
+        except Exception as error:
+            self.errors.record("program-end snapshot", error)
+
     def stop(self) -> None:
         if not self._started or self._stopped:
             return
         self._stopped = True
         self._next_sample_at = math.inf
+        self._watch_stop.set()
+        if self._watcher is not None:
+            self._watcher.join(timeout=5.0)
+            self._watcher = None
         try:
             if self._source is not None and self._source.is_initialized():
+                self._watch_tick()
                 stats = self._take_sample(self._last_step)
                 self._end_stats = stats
                 self._snapshot("session-end", self._last_step, under_pressure=self._under_pressure())
         except Exception as exc:  # a failing allocator query must not break the user's teardown
             self.error = f"final sample failed: {exc!r}"
+            self.errors.record("final sample", exc)
         finally:
+            if self._recording_history:
+                try:
+                    self._source.record_history(False)
+                except Exception as error:
+                    self.errors.record("memory history", error)
+                self._recording_history = False
+            self.errors.warn()
             if self._nvml is not None:
                 self._nvml.stop()
             if self._on_active_stack:
@@ -507,20 +419,157 @@ class MemoryCheck:
         self._last_snapshot_at[reason] = now
         self._snapshot(reason, step, under_pressure=self._under_pressure())
 
-    def _snapshot(self, reason: str, step: Optional[int], *, under_pressure: bool) -> Optional[_SnapshotRecord]:
-        try:
-            segments, settings = self._source.snapshot()
-        except Exception:
-            return None
+    def _snapshot(
+        self, reason: str, step: Optional[int], *, under_pressure: bool, segments=None, settings=None
+    ) -> Optional[_SnapshotRecord]:
+        if segments is None:
+            try:
+                segments, settings = self._source.snapshot()
+            except Exception as error:
+                self.errors.record(f"snapshot ({reason})", error)
+                return None
         metrics = frag.analyze(segments)
         verdict = frag.judge(metrics, under_pressure=under_pressure, thresholds=self.thresholds)
-        record = _SnapshotRecord(reason, step, metrics, verdict, settings, self._last_stats)
+        record = _SnapshotRecord(reason, step, metrics, verdict, settings or {}, self._last_stats)
         self._snapshots.append(record)
         timeline = _timeline.of(self.session)
         if timeline is not None:
             timeline.snapshot(reason, verdict.category if verdict is not None else None,
                               verdict.free_bytes if verdict is not None else metrics.overall.total_free, step)
         return record
+
+    # -------------------------------------------------------------- the watcher
+
+    def _watch_loop(self) -> None:
+        while not self._watch_stop.wait(self.watch_interval_s):
+            try:
+                if self._source.is_initialized():
+                    self._watch_tick()
+            except Exception as error:  # a daemon thread: nothing may escape it
+                self.errors.record("memory watcher", error)
+
+    def _watch_tick(self) -> None:
+        """One look at the allocator's counters; a snapshot only when it mapped a new segment."""
+        with self._watch_lock:
+            watcher = threading.get_ident() != self._main_thread
+            pick = getattr(self._source, "device_for_thread", None)
+            device = pick() if watcher and pick is not None else None
+            stats = self._source.stats(device)
+            previous = self._watch_last
+            self._watch_last = stats
+            self._max_reserved = max(self._max_reserved, stats.reserved)
+            self._max_allocated = max(self._max_allocated, stats.allocated)
+            self._add_timeline_point(stats)
+            if previous is None or stats.num_device_alloc <= previous.num_device_alloc:
+                return
+            site = self._allocating_site()
+            now = self._clock()
+            grew = stats.reserved - previous.reserved
+            self._new_segments.append(
+                {
+                    "t_s": round(now - self._t0, 6),
+                    "reserved_growth_bytes": grew,
+                    "file": site[0].file if site else None,
+                    "line": site[0].line if site else None,
+                }
+            )
+            # Only a segment mapped while cached memory was free can be waste;
+            # judging it needs a snapshot (~0.2 ms), taken right away.
+            if previous.reserved <= previous.allocated and self._known_segments is not None:
+                self._remember_segments(device)
+                return
+            if (
+                self._new_segment_snapshots >= MAX_NEW_SEGMENT_SNAPSHOTS
+                or now - self._last_new_segment_snapshot < NEW_SEGMENT_SNAPSHOT_MIN_INTERVAL_S
+            ):
+                return
+            self._last_new_segment_snapshot = now
+            self._new_segment_snapshots += 1
+            try:
+                segments, settings = self._source.snapshot(device)
+            except Exception as error:
+                self.errors.record("snapshot (new segment)", error)
+                return
+            known = self._known_segments
+            self._known_segments = {int(segment.get("address", 0)) for segment in segments}
+            if known is None:
+                return
+            wasted = frag.new_segment_waste(segments, known)
+            if not wasted:
+                return
+            record = self._snapshot("new-segment", self._last_step, under_pressure=self._under_pressure(),
+                                    segments=segments, settings=settings)
+            for waste in wasted:
+                exact = self._segment_site(waste.address)
+                self._note_waste(waste, exact if exact is not None else site, record, stats, exact is not None)
+
+    def _remember_segments(self, device: Optional[int] = None) -> None:
+        """The segment addresses, for a later judgement (no snapshot unless it may matter)."""
+        try:
+            segments, _ = self._source.snapshot(device)
+            self._known_segments = {int(segment.get("address", 0)) for segment in segments}
+        except Exception as error:
+            self.errors.record("snapshot (segments)", error)
+
+    def _segment_site(self, address: int) -> Optional[List[Frame]]:
+        """The exact allocating stack, where the allocator's history holds it."""
+        lookup = getattr(self._source, "segment_frames", None)
+        if lookup is None:
+            return None
+        try:
+            entries = lookup(address)
+            if not entries:
+                return None
+            from .frames import user_frames_of
+
+            return [Frame(*entry) for entry in user_frames_of(entries, 8)] or None
+        except Exception as error:
+            self.errors.record("allocator history", error)
+            return None
+
+    def _note_waste(
+        self, waste: "frag.NewSegmentWaste", site: List[Frame], record, stats: AllocatorStats, exact: bool = False
+    ) -> None:
+        top = site[0] if site else None
+        key = (top.file if top else None, top.line if top else None)
+        event = self._waste.get(key)
+        if event is not None:
+            event["count"] += 1
+            if waste.pool_free > event["waste"].pool_free:
+                event.update(waste=waste, record=record, stats=stats)
+            return
+        self._waste[key] = {"waste": waste, "site": site, "record": record, "stats": stats, "count": 1,
+                            "step": self._last_step, "exact": exact}
+
+    def _allocating_site(self) -> List[Frame]:
+        """The user's stack on the thread that allocated: this one, or the main thread seen from the watcher."""
+        if threading.get_ident() != self._main_thread:
+            import sys
+
+            frame = sys._current_frames().get(self._main_thread)
+            if frame is None:
+                return []
+            try:
+                from .frames import user_frames_of
+
+                entries = []
+                while frame is not None and len(entries) < 64:
+                    entries.append((frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name))
+                    frame = frame.f_back
+                return [Frame(*entry) for entry in user_frames_of(entries, 8)]
+            except Exception as error:
+                self.errors.record("allocating site", error)
+                return []
+        return _user_stack()
+
+    def _add_timeline_point(self, stats: AllocatorStats) -> None:
+        self._timeline_seen += 1
+        if self._timeline_seen % self._timeline_every:
+            return
+        self._timeline.append((round(self._clock() - self._t0, 6), stats.allocated, stats.reserved))
+        if len(self._timeline) >= TIMELINE_POINTS:
+            self._timeline = self._timeline[::2]
+            self._timeline_every *= 2
 
     # -------------------------------------------------------------- OOM
 
@@ -532,22 +581,22 @@ class MemoryCheck:
         stream = None
         try:
             stats = source.stats(device)
-        except Exception:
-            pass
+        except Exception as error:
+            self.errors.record("OOM observer: stats", error)
         try:
             segments, settings = source.snapshot(device)
-        except Exception:
-            pass
+        except Exception as error:
+            self.errors.record("OOM observer: snapshot", error)
         try:
             stream = source.current_stream(device)
-        except Exception:
-            pass
+        except Exception as error:
+            self.errors.record("OOM observer: stream", error)
         process_used = others_used = None
         if self._nvml is not None and getattr(self._nvml, "available", False):
             try:
                 process_used, others_used = self._nvml.process_usage()
-            except Exception:
-                pass
+            except Exception as error:
+                self.errors.record("OOM observer: NVML", error)
         self._ooms.append(
             _OomEvent(
                 device=int(device),
@@ -601,6 +650,7 @@ class MemoryCheck:
     def findings(self) -> List[Finding]:
         found: List[Finding] = []
         found.extend(self._oom_findings())
+        found.extend(self._waste_findings())
         found.extend(self._fragmentation_findings())
         retry = self._retry_finding()
         if retry is not None:
@@ -719,6 +769,62 @@ class MemoryCheck:
             )
         return found
 
+    def _waste_findings(self) -> List[Finding]:
+        """One finding per allocating line that made the allocator map a segment it did not need."""
+        found = []
+        current_conf = self._source.alloc_conf() if self._source is not None else None
+        for event in self._waste.values():
+            waste: frag.NewSegmentWaste = event["waste"]
+            record = event["record"]
+            site: List[Frame] = event["site"]
+            top = site[0] if site else None
+            expandable = bool(record is not None and record.metrics.expandable)
+            suggested, alternatives = frag.suggest_alloc_conf(current_conf, expandable=expandable, cause=frag.FRAGMENTATION)
+            hint = f"set PYTORCH_ALLOC_CONF={suggested}" if suggested else "free long-lived tensors together"
+            hint += "; or allocate long-lived tensors before the short-lived ones around them"
+            stats: AllocatorStats = event["stats"]
+            details: Dict[str, Any] = {
+                "category": frag.HARD,
+                "trigger": "new-segment",
+                "step": event["step"],
+                **waste.to_json(),
+                "reserved_bytes": stats.reserved,
+                "allocated_bytes": stats.allocated,
+                "site_observed": (
+                    "allocator history (exact)" if event["exact"]
+                    else "the main thread's line when the watcher saw the segment" if top else None
+                ),
+                "suggested_alloc_conf": suggested,
+                "alternatives": alternatives,
+            }
+            if record is not None:
+                details["snapshot"] = record.metrics.to_json()
+                details["allocator_settings"] = _compact_settings(record.settings)
+            found.append(
+                Finding(
+                    kind=FRAGMENTATION,
+                    severity="warning",
+                    message=f"hard fragmentation while it happened: {waste.message()}",
+                    file=top.file if top else None,
+                    line=top.line if top else None,
+                    function=top.function if top else None,
+                    stack=list(site),
+                    count=event["count"],
+                    fix_hint=hint,
+                    details=details,
+                )
+            )
+        return found
+
+    def _worst(self) -> Optional[_SnapshotRecord]:
+        """The most fragmented state seen: the snapshot with the most free memory between live blocks."""
+        best = None
+        for record in self._snapshots:
+            hard = record.metrics.free_by_category[frag.HARD]
+            if hard > 0 and (best is None or hard > best.metrics.free_by_category[frag.HARD]):
+                best = record
+        return best
+
     def _retry_finding(self) -> Optional[Finding]:
         start, end = self._start_stats, self._end_stats or self._last_stats
         if start is None or end is None:
@@ -791,7 +897,8 @@ class MemoryCheck:
         if self._nvml is not None:
             try:
                 nvml_findings = self._nvml.findings()
-            except Exception:
+            except Exception as error:
+                self.errors.record("NVML findings", error)
                 nvml_findings = []
         found.extend(nvml_findings)
         has_nvml_capacity = any(f.kind == NEAR_CAPACITY for f in nvml_findings)
@@ -873,9 +980,34 @@ class MemoryCheck:
                 "measured_steps": self.measured_steps(),
             }
         )
+        # Peaks observed while the program ran (the watcher, steps, the program's end).
+        data["observed_peak_reserved_bytes"] = self._max_reserved
+        data["observed_peak_allocated_bytes"] = self._max_allocated
         if self._snapshots:
             last = self._snapshots[-1]
             data["fragmentation"] = {"trigger": last.reason, "step": last.step, **last.metrics.to_json()}
+        worst = self._worst()
+        if worst is not None:
+            overall = worst.metrics.overall
+            suggested, _ = frag.suggest_alloc_conf(
+                self._source.alloc_conf(), expandable=worst.metrics.expandable, cause=frag.FRAGMENTATION
+            )
+            data["worst_fragmentation"] = {
+                "trigger": worst.reason,
+                "step": worst.step,
+                "reserved_bytes": overall.reserved,
+                "allocated_bytes": overall.allocated,
+                "free_between_live_blocks_bytes": worst.metrics.free_by_category[frag.HARD],
+                "largest_free_block_bytes": overall.largest_free,
+                "external_fragmentation": round(overall.external_fragmentation, 4),
+                "suggested_alloc_conf": suggested,
+            }
+        data["timeline"] = {
+            "points": [list(point) for point in self._timeline],
+            "new_segments": self._new_segments[:TIMELINE_POINTS],
+        }
+        if self.errors:
+            data["internal_errors"] = self.errors.to_json()
         if self._nvml is not None:
             data["nvml"] = self._nvml.summary()
         return data

@@ -24,6 +24,9 @@ DEFAULT_INTERVAL_S = 0.2  # 5 Hz
 LOW_UTILIZATION_PERCENT = 50.0  # the TensorBoard profiler plugin's threshold
 NEAR_CAPACITY_FRACTION = 0.9
 MIN_UTILIZATION_SAMPLES = 10
+# A duty cycle over less than this is no verdict on the program (a 6-line script
+# is mostly CUDA start-up): utilization is reported, never judged, below it.
+MIN_UTILIZATION_SECONDS = 5.0
 # utilization.gpu lags 2-3 samples at 100 ms polling (runtime-hooks §5).
 LAG_SAMPLES = 2
 
@@ -235,6 +238,13 @@ class NvmlSampler:
 
     # -------------------------------------------------------------- results
 
+    def _measured_seconds(self) -> float:
+        """Sampled time since the measurement started (start-up and tap builds excluded)."""
+        if self._first_time is None or self._last_time is None:
+            return 0.0
+        start = self._first_time if self._measure_from is None else max(self._first_time, self._measure_from)
+        return max(0.0, self._last_time - start)
+
     @property
     def mean_utilization(self) -> Optional[float]:
         return self._util_sum / self._util_count if self._util_count else None
@@ -243,7 +253,7 @@ class NvmlSampler:
         if self._handle is None:
             return {"available": False, "reason": self.unavailable_reason or "not started"}
         with self._lock:
-            duration = (self._last_time - self._first_time) if self._first_time is not None else 0.0
+            duration = self._measured_seconds()
             return {
                 "available": True,
                 "device_name": self.device_name,
@@ -268,13 +278,15 @@ class NvmlSampler:
         low_utilization_percent: float = LOW_UTILIZATION_PERCENT,
         near_capacity_fraction: float = NEAR_CAPACITY_FRACTION,
         min_samples: int = MIN_UTILIZATION_SAMPLES,
+        min_seconds: float = MIN_UTILIZATION_SECONDS,
     ) -> List[Finding]:
         if self._handle is None:
             return []
         summary = self.summary()
         found: List[Finding] = []
         mean = self.mean_utilization
-        if mean is not None and self._util_count >= min_samples and mean < low_utilization_percent:
+        judged = self._util_count >= min_samples and summary["duration_s"] >= min_seconds
+        if mean is not None and judged and mean < low_utilization_percent:
             found.append(
                 Finding(
                     kind=LOW_UTILIZATION,

@@ -28,20 +28,40 @@ JSON report, version 1 (stable: add fields, never rename or remove them)
       # when the memory check ran (script / library runs):
       "memory": {"available": bool, "peak_allocated_bytes": int, "peak_reserved_bytes": int,
                  "peak_exact": bool, "reserved_unallocated_bytes": int, "slack": float,
-                 "inactive_split_bytes": int, "num_alloc_retries": int, "num_ooms": int, ...}
+                 "inactive_split_bytes": int, "num_alloc_retries": int, "num_ooms": int, ...,
+                 # added (issue 13): what the check saw while the program ran
+                 "observed_peak_reserved_bytes": int, "observed_peak_allocated_bytes": int,
+                 "worst_fragmentation": {"trigger": str, "step": int | null, "reserved_bytes": int,
+                                         "allocated_bytes": int, "free_between_live_blocks_bytes": int,
+                                         "largest_free_block_bytes": int, "external_fragmentation": float,
+                                         "suggested_alloc_conf": str | null} | absent,
+                 "timeline": {"points": [[t_s, allocated_bytes, reserved_bytes], ...],
+                              "new_segments": [{"t_s": float, "reserved_growth_bytes": int,
+                                                "file": str | null, "line": int | null}, ...]},
+                 "internal_errors": {"count": int, "first": [str, ...]} | absent}
                  # MemoryCheck.summary(); docs/sanitizer-memory.md defines each field
       # when the race check ran (script / library runs):
       "race": {"active": bool, "activation_reason": str | null,
                "interception": "native tap" | "dispatch mode" | null,
                "native_tap_unavailable": str | absent,   # why the fallback ran
                "native_tap": {"ops_seen": int, "ops_recorded": int, "accesses_local": int,
-                              "accesses_forwarded": int, ...} | absent}
+                              "accesses_forwarded": int, ...} | absent,
+               "host_syncs_before_activation": int | absent,   # docs/races.md, "order, never timing"
+               "internal_errors": {"count": int, "first": [str, ...]} | absent}
                # RaceCheck.summary(); docs/races.md explains the tap
       # script / library runs: the time series behind the HTML report and the trace
       "timeline": {"version": 1, "clock": {...}, "steps": [...], "syncs": [...], "memory": [...],
                    "segments": [...], "snapshots": [...], "ooms": [...], "races": [...],
                    "launches": [...], "overhead_s": {...}, "dropped": {...}, ...}
                    # Timeline.to_json(); sanitizer/timeline.py documents each row
+      # under torchrun (sanitizer/ranks.py): a rank's own report adds
+      "rank": int, "world_size": int, "local_rank": int, "run_id": str, "started_at": float,
+      # and the merged report (at --report-json PATH) adds, next to rank 0's run-wide fields,
+      "world_size": int, "run_id": str,
+      "ranks": [{"rank": int, "local_rank": int, "device": {...} | null, "steps": {...},
+                 "findings": int, "by_kind": {"race": int, ...}, "failing": int,
+                 "report": "PATH.rank<r>.json", "memory": {...} | absent, "race": {...} | absent}, ...]
+      # and each of its findings carries "rank": int
     }
 
 A Finding (``Finding.to_json()``)::

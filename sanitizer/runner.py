@@ -11,6 +11,14 @@ for an uncaught exception; 130 on Ctrl-C), or 3 with ``--strict`` when the
 script exited 0 but findings of a failing kind (``--fail-on``; with
 ``--strict`` alone, every kind) exist. 2: bad usage of the runner itself.
 
+Under ``torchrun`` (``torchrun --nproc_per_node=N -m torchlint.sanitizer
+train.py``, or ``torchrun ... $(which torchlint-sanitize) train.py``) every
+rank runs its own session, prints its summary titled ``[rank r/N]`` and, with
+``--report-json PATH``, writes ``PATH.rank<r>`` (before the extension); the
+last rank to finish merges every rank's report into ``PATH`` and prints the
+merged summary with one line per rank (``ranks.py``). ``--strict`` applies to
+each rank's own findings.
+
 Without a CUDA device it says so in one line and still runs the script.
 ``TORCHLINT_SANITIZER_FORCE=1`` starts the checks anyway (used by the CPU
 test-suite).
@@ -21,10 +29,12 @@ import argparse
 import os
 import runpy
 import sys
+import time
 import traceback
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 from .findings import CHECKS, parse_checks
+from .ranks import rank_info, rank_path, render_merged, write_rank_report
 
 EXIT_STRICT = 3
 INACTIVE_LINE = "no CUDA device: GPU sanitizer inactive"
@@ -96,8 +106,13 @@ def _exit_code(exc: SystemExit) -> int:
     return 1
 
 
-def run_script(path: str, args: List[str]) -> int:
-    """Run ``path`` as ``__main__`` with ``args``; return its exit status."""
+def run_script(path: str, args: List[str], at_end: Optional[Callable[[], None]] = None) -> int:
+    """Run ``path`` as ``__main__`` with ``args``; return its exit status.
+
+    ``at_end`` runs when the script has returned or raised, while its globals
+    (and so its tensors) are still alive: the returned namespace, or the
+    traceback's frames, hold them until this function returns.
+    """
     script = os.path.abspath(path)
     saved_argv, saved_path0 = sys.argv[:], sys.path[0] if sys.path else None
     sys.argv = [path] + list(args)
@@ -106,14 +121,19 @@ def run_script(path: str, args: List[str]) -> int:
     else:
         sys.path.insert(0, os.path.dirname(script))
     try:
-        runpy.run_path(path, run_name="__main__")  # argv[0] stays as typed
+        namespace = runpy.run_path(path, run_name="__main__")  # argv[0] stays as typed
+        _call(at_end)
+        del namespace
         return 0
     except SystemExit as exc:
+        _call(at_end)
         return _exit_code(exc)
     except KeyboardInterrupt:
+        _call(at_end)
         traceback.print_exc()
         return 130
     except BaseException:
+        _call(at_end)
         # The traceback without the runner's own frames, as python script.py prints it.
         etype, value, tb = sys.exc_info()
         while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) != script:
@@ -124,6 +144,30 @@ def run_script(path: str, args: List[str]) -> int:
         sys.argv = saved_argv
         if saved_path0 is not None and sys.path:
             sys.path[0] = saved_path0
+
+
+def _call(hook: Optional[Callable[[], None]]) -> None:
+    if hook is not None:
+        try:
+            hook()
+        except Exception as error:  # the sanitizer's failure never replaces the script's outcome
+            print(f"torchlint-sanitize: internal error at the program's end: {error}", file=sys.stderr)
+
+
+def _write(prog: str, path: str, report: dict, ranked, started_at: float, limit: int) -> None:
+    """The report at ``path``; under torchrun this rank's own, and the merged one once every rank's is there."""
+    from .report import write_report
+
+    if ranked is None:
+        write_report(path, report)
+        print(f"{prog}: report written to {path}", file=sys.stderr)
+        return
+    merged = write_rank_report(path, report, ranked, started_at)
+    print(f"{prog}: report written to {rank_path(path, ranked.rank)}", file=sys.stderr)
+    if merged is not None:
+        title = f"{prog.split(' [')[0]} (all {merged['world_size']} ranks)"
+        print(render_merged(merged, title, limit), file=sys.stderr)
+        print(f"{title}: merged report written to {path}", file=sys.stderr)
 
 
 def main(argv: Optional[List[str]] = None, prog: str = "torchlint-sanitize") -> int:
@@ -154,14 +198,19 @@ def main(argv: Optional[List[str]] = None, prog: str = "torchlint-sanitize") -> 
     frames.add_user_root(os.path.dirname(os.path.abspath(options.script)))
     frames.add_user_root(os.getcwd())
     forced = os.environ.get("TORCHLINT_SANITIZER_FORCE", "").strip().lower() in _TRUE
+    ranked = rank_info()  # under torchrun: this process's rank, its own report, then the merge
+    if ranked is not None:
+        prog = f"{prog} [rank {ranked.rank}/{ranked.world_size}]"
+    started_at = time.time()
     if not (_cuda_available() or forced):
         print(f"{prog}: {INACTIVE_LINE}", file=sys.stderr)
         code = run_script(options.script, options.args)
         if options.report_json:
-            from .report import build_report, write_report
+            from .report import build_report
 
             steps = {"completed": 0, "warmup": 0, "measured": 0, "source": "none"}
-            write_report(options.report_json, build_report([], checks=(), steps=steps, fail_on=fail_on))
+            _write(prog, options.report_json, build_report([], checks=(), steps=steps, fail_on=fail_on), ranked,
+                   started_at, options.limit)
         return code
 
     session = SanitizerSession(checks=checks, warmup_steps=options.warmup_steps, fail_on=fail_on)
@@ -171,10 +220,10 @@ def main(argv: Optional[List[str]] = None, prog: str = "torchlint-sanitize") -> 
         print(f"{prog}: error: could not start the sanitizer: {exc}", file=sys.stderr)
         return 2
     try:
-        code = run_script(options.script, options.args)
+        code = run_script(options.script, options.args, at_end=session.program_end)
     finally:
         session.stop()
-    from .report import render_summary, write_report
+    from .report import render_summary
 
     findings = session.findings
     steps = session.steps_summary()
@@ -186,8 +235,7 @@ def main(argv: Optional[List[str]] = None, prog: str = "torchlint-sanitize") -> 
         print(f"{prog}: {hint}", file=sys.stderr)
     report = session.report() if (options.report_json or options.report_html or options.trace) else None
     if options.report_json:
-        write_report(options.report_json, report)
-        print(f"{prog}: report written to {options.report_json}", file=sys.stderr)
+        _write(prog, options.report_json, report, ranked, started_at, options.limit)
     if options.report_html:
         from .html_report import write_html
 

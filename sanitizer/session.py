@@ -199,7 +199,20 @@ class SanitizerSession:
             raise
         self._checks = started
         self.active = True
+        # Start-up (imports, the native tap's build, hooks) is the sanitizer's
+        # time, not the program's: figures that judge the program start here.
+        for check in started:
+            mark = getattr(check, "on_measurement_start", None)
+            if mark is not None:
+                mark()
         return self
+
+    def program_end(self) -> None:
+        """The program returned or raised, its globals still alive: checks that look at live state look now."""
+        for check in self._checks:
+            hook = getattr(check, "on_program_end", None)
+            if hook is not None:
+                hook()
 
     def stop(self) -> None:
         if not self.active:

@@ -77,6 +77,8 @@ from torchlint.noqa import line_suppresses
 from . import frames as _frames
 from . import timeline as _timeline
 from .findings import SYNC, Finding, Frame
+from .patching import Patch as _Patch
+from .patching import WarningHook
 
 SYNC_WARNING = "called a synchronizing CUDA operation"
 PROTOTYPE_WARNING = "Synchronization debug mode is a prototype feature"
@@ -204,31 +206,6 @@ class _Site:
         self.callee = None  # the frame of the call the latest run made (see frames.sync_site_stack)
 
 
-class _Patch:
-    """One attribute replaced on a module or class, restorable exactly."""
-
-    __slots__ = ("owner", "name", "original", "had_own", "replacement")
-
-    def __init__(self, owner: Any, name: str, make: Callable[[Callable], Callable]) -> None:
-        self.owner = owner
-        self.name = name
-        self.had_own = name in vars(owner)
-        self.original = vars(owner)[name] if self.had_own else getattr(owner, name)
-        self.replacement = make(getattr(owner, name))
-
-    def apply(self) -> None:
-        setattr(self.owner, self.name, self.replacement)
-
-    def restore(self) -> None:
-        if self.had_own:
-            setattr(self.owner, self.name, self.original)
-        else:
-            try:
-                delattr(self.owner, self.name)
-            except AttributeError:
-                pass
-
-
 class _ThreadState(threading.local):
     depth = 0
     hits = 0
@@ -259,9 +236,7 @@ class SyncCheck:
         self._windows_used: set = set()
         self._line_cache: Dict[Tuple[str, int], str] = {}
         self._classify_cache: Dict[Tuple[str, int, Optional[str]], str] = {}
-        self._previous_showwarning: Optional[Callable] = None
-        self._installed_showwarning: Optional[Callable] = None
-        self._filters: List[tuple] = []
+        self._warning_hook: Optional[WarningHook] = None
         self._previous_mode: Optional[int] = None
         self._torch = None
         self.allowed_count = 0
@@ -311,43 +286,23 @@ class SyncCheck:
 
     # -- the warning hook -----------------------------------------------------
     def _install_warning_hook(self) -> None:
-        previous = warnings.showwarning
-        check = self
-
-        def showwarning(message, category, filename, lineno, file=None, line=None):
-            if str(message).startswith(SYNC_WARNING):
-                check._on_sync_warning()
-                return None
-            return previous(message, category, filename, lineno, file, line)
-
-        self._previous_showwarning = previous
-        self._installed_showwarning = showwarning
-        warnings.showwarning = showwarning
-        before = list(warnings.filters)
-        warnings.filterwarnings("always", message=re.escape(SYNC_WARNING))
-        self._filters = [f for f in warnings.filters if f not in before]
+        self._warning_hook = WarningHook(SYNC_WARNING, self._on_sync_warning)
+        self._warning_hook.install()
 
     def _remove_warning_hook(self) -> None:
-        if self._installed_showwarning is not None:
-            if warnings.showwarning is self._installed_showwarning:
-                warnings.showwarning = self._previous_showwarning
-            self._installed_showwarning = None
-        if self._filters:
-            for entry in self._filters:
-                try:
-                    warnings.filters.remove(entry)
-                except ValueError:
-                    pass
-            warnings._filters_mutated()
-            self._filters = []
+        if self._warning_hook is not None:
+            self._warning_hook.remove()
+            self._warning_hook = None
 
-    def _on_sync_warning(self) -> None:
+    def _on_sync_warning(self) -> bool:
+        """Record the sync; True: the warning is swallowed (``WarningHook``)."""
         tls = self._tls
         if tls.depth:
             tls.hits += 1  # the running wrapper records it, with its kind and time
-            return
+            return True
         # Start above this method and the hook, at warnings.py, then torch, then the user.
         self._record(None, None, None, None, skip=2)
+        return True
 
     # -- wrappers -----------------------------------------------------------
     def _timed(self, kind: str, api: str, explicit: bool = False, result_kind: Optional[Callable] = None):

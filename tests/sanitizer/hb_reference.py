@@ -24,6 +24,7 @@ def reference_races(events):
     recorded = {}
     work_node = {}
     pledges = {}
+    live = {}  # start -> end of the allocations not yet freed
     frees = []  # (index, start, end, pledged streams)
     capturing = set()
     graph = None
@@ -81,11 +82,17 @@ def reference_races(events):
         elif isinstance(ev, hb.WorkWait):
             node(i, ev.stream, [work_node[ev.work]] if ev.work in work_node else [])
         elif isinstance(ev, hb.Alloc):
+            # New bytes imply their previous owner's free: a pledged owner they overlap is freed here.
+            for start in list(pledges):
+                if start in live and start < ev.end and ev.start < live[start]:
+                    frees.append((i, start, live.pop(start), pledges.pop(start)))
             pledges.pop(ev.start, None)
+            live[ev.start] = ev.end
         elif isinstance(ev, hb.RecordStream):
             pledges.setdefault(ev.start, set()).add(ev.stream)
         elif isinstance(ev, hb.Free):
-            frees.append((i, ev.start, ev.end, pledges.pop(ev.start, set())))
+            end = live.pop(ev.start, ev.end)
+            frees.append((i, ev.start, end if end is not None else ev.end, pledges.pop(ev.start, set())))
         elif isinstance(ev, hb.CaptureBegin):
             capturing = {ev.stream}
             graph = ev.graph

@@ -14,7 +14,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from torchlint.sanitizer import races  # noqa: E402
+from torchlint.sanitizer import race_hooks, race_report, races  # noqa: E402
 from torchlint.sanitizer.findings import RACE  # noqa: E402
 from torchlint.sanitizer.happens_before import (  # noqa: E402
     AccessRecord,
@@ -155,7 +155,7 @@ def test_stop_restores_every_patched_global_and_is_idempotent():
     from torch.utils._python_dispatch import _get_current_dispatch_mode
 
     assert _get_current_dispatch_mode() is None
-    assert races._ACTIVE is None
+    assert race_hooks.active() is None
 
 
 def test_classic_race_report_names_ops_streams_lines_and_fix(check):
@@ -272,7 +272,7 @@ def test_freed_memory_reused_without_record_stream_is_a_reuse_race(check):
     with check.streams.on(SIDE):
         x.sum()
     # The caching allocator would hand these bytes out again; simulate its free.
-    races._ACTIVE = check
+    race_hooks.set_active(check)
     check._allocs.pop(x_base, None)
     check._engine.free(x_base)
     del x
@@ -354,21 +354,21 @@ SITE_B = (("/u/train.py", 20, "loop"),)
 def test_fix_for_a_collective_says_wait_on_the_work():
     race = Race(_record(CollectiveStream("default"), 3, True, "all_reduce", SITE_A, via=("collective", 1)),
                 _record(0, 4, False, "mul", SITE_B), (0, 64), "race", None)
-    assert "work.wait()" in races.fix_hint(race, {}, {})
+    assert "work.wait()" in race_report.fix_hint(race, {}, {})
 
 
 def test_fix_for_an_early_event_says_record_after_the_write():
     early = SyncNote("event", 0, SIDE, 1, (("/u/train.py", 30, "loop"),), SIDE, (("/u/train.py", 5, "loop"),), 9)
     race = Race(_record(SIDE, 2, True, "copy_", SITE_A), _record(0, 4, False, "add", SITE_B), (0, 64), "race", early, early)
-    text = races.fix_hint(race, {SIDE: "copy_stream"}, {})
+    text = race_report.fix_hint(race, {SIDE: "copy_stream"}, {})
     assert "/u/train.py:5" in text and "event.record(copy_stream)" in text and "/u/train.py:10" in text
-    assert "last synchronized by an event wait at /u/train.py:30" in races.describe_sync(race, {SIDE: "copy_stream"})
+    assert "last synchronized by an event wait at /u/train.py:30" in race_report.describe_sync(race, {SIDE: "copy_stream"})
 
 
 def test_fix_for_a_graph_replay_names_the_replay():
     race = Race(_record(SIDE, 2, True, "mul", SITE_A, via=("graph replay", (("/u/g.py", 7, "f"),))),
                 _record(0, 4, False, "sum", SITE_B), (0, 64), "race", None)
-    text = races.fix_hint(race, {SIDE: "graph_stream"}, {})
+    text = race_report.fix_hint(race, {SIDE: "graph_stream"}, {})
     assert "graph.replay()" in text and "/u/g.py:7" in text
     assert "torch.cuda.current_stream().wait_stream(graph_stream)" in text
 
@@ -378,7 +378,7 @@ def test_fix_for_reuse_names_record_stream_with_the_users_names():
     new = AllocInfo(0x1000, 0x1800, 0, SITE_B, "", 2)
     race = Race(_record(SIDE, 2, False, "sum", SITE_A, alloc=old), _record(0, 4, True, "zero_", SITE_B, alloc=new),
                 (0, 64), "reuse", None)
-    text = races.fix_hint(race, {SIDE: "side"}, {0x1000: "batch"})
+    text = race_report.fix_hint(race, {SIDE: "side"}, {0x1000: "batch"})
     assert "batch.record_stream(side)" in text
 
 
@@ -386,7 +386,7 @@ def test_finding_round_trips_through_json():
     from torchlint.sanitizer.findings import Finding
 
     race = Race(_record(SIDE, 2, True, "copy_", SITE_A), _record(0, 4, False, "add", SITE_B), (0, 64), "race", None)
-    finding = races.build_finding(race, {SIDE: "side"}, {}, {})
+    finding = race_report.build_finding(race, {SIDE: "side"}, {}, {})
     assert Finding.from_json(finding.to_json()).to_json() == finding.to_json()
     assert finding.file == "/u/train.py" and finding.line == 20
 
@@ -396,7 +396,53 @@ def test_scanning_a_user_frame_for_names_does_not_keep_its_locals_alive():
 
     x = torch.zeros(4)
     ref = weakref.ref(x)
-    names = [name for name, _ in races._scope_items(sys._getframe())]
+    names = [name for name, _ in race_report._scope_items(sys._getframe())]
     assert "x" in names
     del x
     assert ref() is None  # a cached f_locals would hold it (and change what the allocator reuses)
+
+
+BACKEND = 0x6262  # a stream the collective backend takes from the pool (gloo copies CUDA tensors through one)
+
+
+class _Work:
+    def wait(self):
+        return True
+
+
+def test_a_collective_backends_own_stream_is_left_out_under_the_native_tap():
+    check = make_check("native")
+    try:
+        x = torch.ones(64)
+
+        def backend_call():
+            with check.streams.on(BACKEND):
+                x.add_(0)  # the backend copies the tensor in, on its own stream
+            return _Work()
+
+        check._collective("all_reduce", [x], [x], None, True, backend_call)
+        with check.streams.on(BACKEND):
+            x.mul_(1)  # and out again later, on its worker thread
+        assert check.findings() == []
+        assert BACKEND in check._internal_streams
+    finally:
+        check.stop()
+
+
+def test_a_program_stream_used_inside_a_collective_is_still_checked():
+    check = make_check("native")
+    try:
+        check._user_streams.add(SIDE)
+        x = torch.ones(64)
+
+        def call():
+            with check.streams.on(SIDE):
+                x.add_(1)  # the program's own stream: not the backend's
+            return _Work()
+
+        check._collective("all_reduce", [x], [x], None, True, call)
+        check._sync_tap()
+        assert check.findings(), "the side-stream write races with the modelled collective"
+        assert SIDE not in check._internal_streams
+    finally:
+        check.stop()

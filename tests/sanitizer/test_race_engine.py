@@ -449,3 +449,26 @@ def test_a_write_supersedes_its_streams_earlier_read_without_hiding_races():
         k(DEFAULT, write(0, 64), op="zero_"),
     ])
     assert engine.races == []
+
+
+@pytest.mark.parametrize("new_start", [0, 1024])
+def test_a_pledge_is_honoured_when_a_new_owner_takes_the_bytes_even_if_the_free_was_not_seen(new_start):
+    """The native tap learns of frees from new owners: one at another address inside the block counts too."""
+    engine = HappensBefore()
+    old = engine.alloc(0, 4096, DEFAULT, site="old-alloc")
+    engine.run([k(DEFAULT, write(0, 4096, alloc=old)), WaitStream(SIDE, DEFAULT)])
+    engine.run([k(SIDE, read(0, 4096, alloc=old)), RecordStream(0, SIDE)])
+    new = engine.alloc(new_start, new_start + 2048, DEFAULT, site="new-alloc")  # no Free(0) seen
+    engine.run([k(DEFAULT, write(new_start, new_start + 2048, alloc=new))])
+    assert engine.races == []
+
+
+def test_without_a_pledge_an_unseen_free_still_leaves_the_reuse_race():
+    engine = HappensBefore()
+    old = engine.alloc(0, 4096, DEFAULT, site="old-alloc")
+    engine.run([k(DEFAULT, write(0, 4096, alloc=old)), WaitStream(SIDE, DEFAULT)])
+    engine.run([k(SIDE, read(0, 4096, alloc=old))])
+    new = engine.alloc(1024, 3072, DEFAULT, site="new-alloc")
+    engine.run([k(DEFAULT, write(1024, 3072, alloc=new))])
+    (race,) = engine.races
+    assert race.kind == "reuse"

@@ -194,12 +194,12 @@ def test_a_captured_stack_symbolized_later_selects_the_same_frames(tmp_path):
 
 
 def test_a_lazy_race_site_compares_and_hashes_as_its_frames():
-    from torchlint.sanitizer import races
+    from torchlint.sanitizer import race_ops
 
     # start() binds these where torch has them; bind them here without a session.
-    races._gather, races._symbolize = torch._C._profiler.gather_traceback, torch._C._profiler.symbolize_tracebacks
-    site = races._site(); here = sys._getframe().f_lineno
-    assert isinstance(site, races._Site)
+    race_ops.bind_tracebacks(torch)
+    site = race_ops.capture_site(); here = sys._getframe().f_lineno
+    assert isinstance(site, race_ops.Site)
     assert site[0] == (__file__, here, "test_a_lazy_race_site_compares_and_hashes_as_its_frames")
     assert site == tuple(site) and hash(site) == hash(tuple(site))
     assert {site: 1}[tuple(site)] == 1

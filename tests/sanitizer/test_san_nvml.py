@@ -81,8 +81,8 @@ def test_low_utilization_is_flagged_after_enough_samples():
     s, clock = sampler(fake)
     assert s.open()
     run(s, clock, nvml_mod.MIN_UTILIZATION_SAMPLES + nvml_mod.LAG_SAMPLES - 1)
-    assert s.findings() == []  # not enough samples yet
-    run(s, clock, 1)
+    assert s.findings() == []  # not enough samples yet (and too short a run)
+    run(s, clock, 25)  # 5 s at 5 Hz: long enough to judge
     [finding] = s.findings()
     assert finding.kind == "low-utilization"
     assert finding.details["utilization_mean_percent"] == 20
@@ -207,3 +207,23 @@ def test_interval_must_be_2_to_10_hz():
         NvmlSampler(0, nvml=FakeNvml(), interval_s=1.0)
     with pytest.raises(ValueError):
         NvmlSampler(0, nvml=FakeNvml(), interval_s=0.05)
+
+
+def test_a_run_too_short_to_judge_reports_utilization_but_no_finding():
+    s, clock = sampler(FakeNvml(util=0))
+    s.open()
+    run(s, clock, 20)  # 4 s of an idle GPU: start-up, not the program's verdict
+    assert s.findings() == []
+    assert s.summary()["utilization_mean_percent"] == 0
+
+
+def test_start_up_before_the_measurement_starts_is_not_the_users_time():
+    fake = FakeNvml(util=0)
+    s, clock = sampler(fake)
+    s.open()
+    run(s, clock, 150)  # 30 s idle: the native tap building, imports
+    s.mark_measurement_start()
+    fake.util = 95
+    run(s, clock, 30)
+    assert s.findings() == []
+    assert s.summary()["duration_s"] == pytest.approx(6.0)

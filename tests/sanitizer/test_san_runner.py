@@ -101,3 +101,33 @@ def test_console_script_is_the_same_runner(scripts):
         pytest.skip("console script not installed")
     done = subprocess.run([exe, "show.py", "4"], capture_output=True, text=True, cwd=scripts)
     assert done.returncode == 4 and "torchlint-sanitize: no CUDA device" in done.stderr
+
+
+@pytest.mark.parametrize("ending", ["", "raise SystemExit(4)", "raise ValueError('late')"])
+def test_the_program_end_hook_sees_the_scripts_objects_alive(tmp_path, ending):
+    """The runner looks at live state before the script's globals are torn down, however it ends."""
+    import gc
+
+    from torchlint.sanitizer.runner import run_script
+
+    (tmp_path / "keeps.py").write_text(
+        "class Held:\n    pass\n\nheld = Held()\nimport builtins\nbuiltins._torchlint_probe = __import__('weakref').ref(held)\n"
+        + ending + "\n"
+    )
+    import builtins
+
+    seen = []
+
+    def at_end():
+        gc.collect()
+        seen.append(builtins._torchlint_probe() is not None)
+
+    try:
+        code = run_script(str(tmp_path / "keeps.py"), [], at_end=at_end)
+        gc.collect()
+        alive_after = builtins._torchlint_probe() is not None
+    finally:
+        del builtins._torchlint_probe
+    assert seen == [True]
+    assert code == {"": 0, "raise SystemExit(4)": 4, "raise ValueError('late')": 1}[ending]
+    assert not alive_after

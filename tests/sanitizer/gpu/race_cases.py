@@ -178,6 +178,17 @@ def event(synchronized: bool) -> None:
     x.sum()
 
 
+# 9. the CSAN docs' example exactly: a tiny kernel, done before the stream exists ------
+
+def finished_before_stream(synchronized: bool) -> None:
+    """Racy whether or not the GPU happened to finish ``rand``: nothing orders the side stream after it."""
+    a = torch.rand(4, 2, device="cuda")
+    if synchronized:
+        a.sum().item()  # a host sync: the default stream's work is done before the side stream starts
+    with torch.cuda.stream(torch.cuda.Stream()):
+        torch.mul(a, 5, out=a)
+
+
 CASES = {
     "1 classic": classic,
     "2 overlapping views": views,
@@ -187,6 +198,7 @@ CASES = {
     "6 triton kernel": triton_kernel,
     "7 cuda graph replay": graph,
     "8 event before write": event,
+    "9 finished before the stream": finished_before_stream,
 }
 
 

@@ -1,0 +1,227 @@
+"""Deterministic activation: what the race check decides about work issued before it switched on.
+
+The ledger is plain Python; the check's use of it runs on CPU tensors with fake
+streams and a fake allocator snapshot built from the tensors' real addresses,
+so the decision is exercised end to end (engine, tap, reports) without a GPU.
+"""
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torchlint.sanitizer import races  # noqa: E402
+from torchlint.sanitizer.race_prehistory import HostSyncLedger, live_blocks  # noqa: E402
+
+from test_race_check_cpu import SIDE, FakeStreams  # noqa: E402
+
+
+def _segment(tensors, stream=0, device=0):
+    """A snapshot segment whose blocks are exactly these tensors' storages (contiguous or not)."""
+    return [
+        {
+            "address": t.untyped_storage().data_ptr(),
+            "device": device,
+            "stream": stream,
+            "blocks": [{"size": t.untyped_storage().nbytes(), "state": "active_allocated"}],
+        }
+        for t in tensors
+    ]
+
+
+def test_live_blocks_walks_each_segment_by_block_size():
+    segments = [
+        {
+            "address": 0x1000,
+            "device": 0,
+            "stream": 7,
+            "blocks": [
+                {"size": 0x100, "state": "active_allocated"},
+                {"size": 0x200, "state": "inactive"},
+                {"size": 0x80, "state": "active_allocated"},
+            ],
+        }
+    ]
+    assert live_blocks(segments) == {(0, 7, 0x1000, 0x100), (0, 7, 0x1300, 0x80)}
+
+
+def test_ledger_orders_what_was_live_at_the_last_sync_only():
+    ledger = HostSyncLedger()
+    first, second, third = (0, 0, 0x1000, 16), (0, 0, 0x2000, 16), (0, 0, 0x3000, 16)
+    assert ledger.unfinished(frozenset({first})) == [first]  # no sync: nothing is known finished
+    ledger.host_sync(frozenset({first}), "torch.cuda.synchronize()")
+    ledger.host_sync(frozenset({first, second}), ".item()")
+    assert ledger.unfinished(frozenset({first, second, third})) == [third]
+    assert ledger.syncs == 2 and ledger.last_kind == ".item()"
+
+
+class _Snapshot:
+    """A fake ``torch.cuda.memory_snapshot``: the live tensors, as the allocator would list them."""
+
+    def __init__(self):
+        self.tensors = []
+
+    def __call__(self):
+        return _segment(self.tensors)
+
+
+def _pending_check(interception):
+    """A started, not yet active check on CPU tensors, with a fake allocator snapshot."""
+    check = races.RaceCheck(None)
+    check.start()
+    check._device_filter = "cpu"
+    check._want_cuda = False
+    streams = FakeStreams(check)
+    check._current_stream = streams
+    check._stream_names[SIDE] = "side"
+    check._tap_choice = interception
+    check._memory_snapshot = snapshot = _Snapshot()
+    check.streams = streams
+    return check, snapshot
+
+
+def _activate(check):
+    check._activate("a CUDA stream was created")
+    if check._tap_choice == "native" and check._tap is None:
+        pytest.fail(f"the native tap did not load: {check._tap_unavailable}")
+
+
+@pytest.fixture(params=["python", "native"])
+def interception(request):
+    return request.param
+
+
+def _side_stream_writes(check, *tensors):
+    """Activate (a stream appeared), then write each tensor on the side stream; the findings."""
+    _activate(check)
+    with check.streams.on(SIDE):
+        for tensor in tensors:
+            torch.mul(tensor, 5, out=tensor)
+    check._sync_tap()
+    return check.findings()
+
+
+def test_the_csan_documentation_example_is_found_whatever_the_gpu_finished(interception):
+    # a = torch.rand(4, 2, device="cuda"); with torch.cuda.stream(torch.cuda.Stream()): torch.mul(a, 5, out=a)
+    check, snapshot = _pending_check(interception)
+    try:
+        a = torch.rand(4, 2)
+        snapshot.tensors.append(a)
+        findings = _side_stream_writes(check, a)
+        assert len(findings) == 1
+        details = findings[0].details
+        assert details["first"]["op"] == "work issued before the race check switched on"
+        assert details["second"]["op"] == "mul"
+        assert details["never_synchronized"]
+    finally:
+        check.stop()
+
+
+@pytest.mark.parametrize("sync", ["torch.cuda.synchronize()", ".item()", "Event.synchronize()"])
+def test_a_host_sync_before_the_side_stream_keeps_a_correct_program_clean(interception, sync):
+    check, snapshot = _pending_check(interception)
+    try:
+        a = torch.rand(4, 2)
+        snapshot.tensors.append(a)
+        check._host_synced(sync)
+        assert _side_stream_writes(check, a) == []
+    finally:
+        check.stop()
+
+
+def test_a_tensor_made_after_the_last_sync_is_still_unfinished(interception):
+    check, snapshot = _pending_check(interception)
+    try:
+        early = torch.rand(4, 2)
+        snapshot.tensors.append(early)
+        check._host_synced(".item()")
+        late = torch.rand(4, 2)
+        snapshot.tensors.append(late)
+        findings = _side_stream_writes(check, early, late)
+        assert len(findings) == 1
+        assert findings[0].details["first"]["op"] == (
+            "work issued before the race check switched on, after the last host sync"
+        )
+        overlap = findings[0].details["tensor"]["byte_ranges"]["overlap"]
+        assert overlap == [0, late.nbytes]
+        assert findings[0].details["tensor"]["storage_base"] == hex(late.data_ptr())
+    finally:
+        check.stop()
+
+
+def test_a_side_stream_that_waits_is_clean(interception):
+    check, snapshot = _pending_check(interception)
+    try:
+        a = torch.rand(4, 2)
+        snapshot.tensors.append(a)
+        _activate(check)
+        check._sync_tap()
+        check._engine.wait_stream(SIDE, races.DEFAULT_STREAM)
+        with check.streams.on(SIDE):
+            torch.mul(a, 5, out=a)
+        check._sync_tap()
+        assert check.findings() == []
+    finally:
+        check.stop()
+
+
+def test_syncs_after_activation_are_left_to_the_engine():
+    check, snapshot = _pending_check("python")
+    try:
+        _activate(check)
+        check._host_synced(".item()")
+        assert check._ledger.syncs == 0
+    finally:
+        check.stop()
+
+
+def test_the_decision_is_the_same_on_every_run(interception):
+    def run():
+        check, snapshot = _pending_check(interception)
+        try:
+            kept = [torch.rand(16) for _ in range(3)]
+            snapshot.tensors.extend(kept[:2])
+            check._host_synced(".item()")
+            snapshot.tensors.append(kept[2])
+            _activate(check)
+            with check.streams.on(SIDE):
+                for tensor in kept:
+                    tensor.add_(1)
+            check._sync_tap()
+            return [(f.details["first"]["op"], f.details["tensor"]["byte_ranges"]["overlap"]) for f in check.findings()]
+        finally:
+            check.stop()
+
+    results = [run() for _ in range(5)]
+    assert results[0] and all(result == results[0] for result in results)
+
+
+def test_implicit_syncs_before_activation_are_recorded_and_not_shown_to_the_user():
+    """.item() and friends reach the check as torch's sync-debug-mode warning, swallowed when only it asked."""
+    import types
+    import warnings
+
+    from torchlint.sanitizer.sync import SYNC_WARNING
+
+    modes = []
+    fake_torch = types.SimpleNamespace(
+        cuda=types.SimpleNamespace(get_sync_debug_mode=lambda: 0, set_sync_debug_mode=modes.append)
+    )
+    check, snapshot = _pending_check("python")
+    real_torch, check._torch = check._torch, fake_torch
+    try:
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("default")
+            check._watch_implicit_syncs(fake_torch)
+            a = torch.rand(4, 2)
+            snapshot.tensors.append(a)
+            for _ in range(2):  # the same line twice: the "always" filter lets both through
+                warnings.warn(SYNC_WARNING + " (Triggered internally at fake.cpp:1.)", UserWarning)
+            warnings.warn("an unrelated warning", UserWarning)
+            check._unwatch_implicit_syncs()
+        assert check._ledger.syncs == 2
+        assert modes == ["warn", 0]  # switched on for the check, and back
+        assert [str(w.message) for w in seen] == ["an unrelated warning"]
+    finally:
+        check._torch = real_torch
+        check.stop()

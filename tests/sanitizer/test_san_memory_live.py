@@ -1,0 +1,171 @@
+"""Memory observed while it happens: a new segment judged as it is mapped, the program's end, no steps at all.
+
+Every test here drives MemoryCheck without a single optimizer step (the
+issue's case: a script that only allocates), with the fake allocator of
+test_san_memory.py.
+"""
+import warnings
+
+import pytest
+
+from torchlint.sanitizer import fragmentation as frag
+from torchlint.sanitizer.findings import FRAGMENTATION
+
+from test_san_memory import FakeSource, MiB, fresh_observer, make  # noqa: F401  (the autouse fixture)
+
+
+def segment(address, blocks, stream=0, pool="large"):
+    """A snapshot segment from (size_mib, state) pairs, laid out from ``address``."""
+    return {
+        "address": address,
+        "total_size": sum(size for size, _ in blocks) * MiB,
+        "stream": stream,
+        "segment_type": pool,
+        "blocks": [
+            {"size": size * MiB, "requested_size": size * MiB,
+             "state": "active_allocated" if state == "live" else "inactive"}
+            for size, state in blocks
+        ],
+    }
+
+
+# Long-lived small blocks pin a 20 MiB segment: 12 MiB free, in 6 MiB gaps.
+PINNED = segment(0x10000000, [(2, "live"), (6, "free"), (2, "live"), (6, "free"), (4, "live")])
+# The 8 MiB request that could not use the gaps, in a new segment.
+NEW = segment(0x20000000, [(8, "live"), (12, "free")])
+
+
+def test_a_new_segment_mapped_while_the_pool_had_enough_free_memory_in_gaps_is_waste():
+    (waste,) = frag.new_segment_waste([PINNED, NEW], known={PINNED["address"]})
+    assert (waste.request, waste.pool_free, waste.pool_largest_free) == (8 * MiB, 12 * MiB, 6 * MiB)
+    assert "12.00 MiB lay free" in waste.message()
+
+
+def test_no_waste_when_a_free_block_fits_when_too_little_is_free_or_on_another_stream():
+    roomy = segment(0x10000000, [(2, "live"), (10, "free"), (8, "live")])
+    assert frag.new_segment_waste([roomy, NEW], known={roomy["address"]}) == []  # largest free block fits
+    tight = segment(0x10000000, [(2, "live"), (4, "free"), (14, "live")])
+    assert frag.new_segment_waste([tight, NEW], known={tight["address"]}) == []  # not enough free
+    other_stream = dict(PINNED, stream=0x77)
+    assert frag.new_segment_waste([other_stream, NEW], known={PINNED["address"]}) == []
+    assert frag.new_segment_waste([PINNED, NEW], known={PINNED["address"], NEW["address"]}) == []
+
+
+def _allocating_program(source, check):
+    """Pins the first segment, then asks for 8 MiB: the allocator maps a second one."""
+    source.segments = [PINNED]
+    source.bump(reserved=20 * MiB, allocated=8 * MiB, segments=1, num_device_alloc=1)
+    check._watch_tick()
+    source.segments = [PINNED, NEW]
+    source.bump(reserved=40 * MiB, allocated=16 * MiB, segments=2, num_device_alloc=2)
+    check._watch_tick()  # the allocating line: this one
+
+
+def test_waste_is_reported_at_the_allocating_line_without_any_step():
+    check, sess, source, clock = make(FakeSource(segments=[]))
+    check.start()
+    _allocating_program(source, check)
+    check.stop()
+    (finding,) = [f for f in check.findings() if f.details.get("trigger") == "new-segment"]
+    assert finding.kind == FRAGMENTATION
+    assert finding.file.endswith("test_san_memory_live.py")
+    assert "the allocating line: this one" in open(finding.file).read().splitlines()[finding.line - 1]
+    assert finding.details["request_bytes"] == 8 * MiB
+    assert finding.details["pool_free_bytes"] == 12 * MiB
+    assert finding.details["suggested_alloc_conf"] == "expandable_segments:True"
+    assert "PYTORCH_ALLOC_CONF=expandable_segments:True" in finding.fix_hint
+
+
+def test_a_segment_mapped_when_nothing_was_free_costs_no_judgement():
+    check, sess, source, clock = make(FakeSource(segments=[]))
+    check.start()
+    full = segment(0x10000000, [(20, "live")])
+    source.segments = [full]
+    source.bump(reserved=20 * MiB, allocated=20 * MiB, segments=1, num_device_alloc=1)
+    check._watch_tick()
+    source.segments = [full, NEW]
+    source.bump(reserved=40 * MiB, allocated=28 * MiB, segments=2, num_device_alloc=2)
+    check._watch_tick()
+    check.stop()
+    assert not [f for f in check.findings() if f.details.get("trigger") == "new-segment"]
+    assert len(check.summary()["timeline"]["new_segments"]) == 2
+
+
+def test_the_program_end_snapshot_sees_what_the_session_end_no_longer_holds():
+    check, sess, source, clock = make(FakeSource(segments=[]))
+    check.start()
+    # A 1 GiB segment: 700 MiB free in gaps between long-lived blocks, at the program's end.
+    blocks = []
+    for _ in range(100):
+        blocks += [(3, "live"), (7, "free")]
+    source.segments = [segment(0x10000000, blocks)]
+    source.bump(reserved=1000 * MiB, allocated=300 * MiB, segments=1, num_device_alloc=1)
+    check.on_program_end()
+    # The script's globals are gone: everything is free when the session ends.
+    source.segments = [segment(0x10000000, [(1000, "free")])]
+    source.bump(allocated=0)
+    check.stop()
+    (finding,) = [f for f in check.findings() if f.kind == FRAGMENTATION]
+    assert finding.details["trigger"] == "program-end"
+    assert finding.details["category"] == frag.HARD
+    summary = check.summary()
+    assert summary["worst_fragmentation"]["trigger"] == "program-end"
+    assert summary["worst_fragmentation"]["free_between_live_blocks_bytes"] == 700 * MiB
+    assert summary["worst_fragmentation"]["suggested_alloc_conf"] == "expandable_segments:True"
+    assert summary["observed_peak_reserved_bytes"] == 1000 * MiB
+    assert summary["observed_peak_allocated_bytes"] == 300 * MiB
+
+
+def test_the_timeline_keeps_allocated_and_reserved_over_time_and_halves_when_full(monkeypatch):
+    from torchlint.sanitizer import memory
+
+    monkeypatch.setattr(memory, "TIMELINE_POINTS", 8)
+    check, sess, source, clock = make(FakeSource(segments=[]))
+    check.start()
+    for index in range(1, 21):
+        clock.now = index * 0.01
+        source.bump(allocated=index * MiB, reserved=2 * index * MiB)
+        check._watch_tick()
+    check.stop()
+    points = check.summary()["timeline"]["points"]
+    assert 4 <= len(points) < 8
+    assert [p[0] for p in points] == sorted(p[0] for p in points)
+    assert all(reserved == 2 * allocated for _, allocated, reserved in points)
+
+
+def test_internal_errors_are_recorded_warned_and_reported_never_raised():
+    class Broken(FakeSource):
+        def snapshot(self, device=None):
+            raise RuntimeError("snapshot changed shape")
+
+    check, sess, source, clock = make(Broken(segments=[]))
+    check.start()
+    source.bump(reserved=20 * MiB, allocated=1 * MiB, segments=1, num_device_alloc=1)
+    check._watch_tick()
+    check.on_program_end()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        check.stop()
+    errors = check.summary()["internal_errors"]
+    assert errors["count"] >= 2 and "snapshot changed shape" in errors["first"][0]
+    assert any("memory check" in str(w.message) and "internal error" in str(w.message) for w in caught)
+
+
+def test_the_allocator_history_gives_the_exact_allocating_line_when_recorded():
+    class Recording(FakeSource):
+        def segment_frames(self, address):
+            if address == NEW["address"]:
+                # torch's own file: a library frame by where the module comes from, not by its path
+                import torch.nn.modules.linear as library
+
+                return [(library.__file__, 125, "forward"),
+                        ("/work/project/train.py", 42, "build_cache")]
+            return None
+
+    check, sess, source, clock = make(Recording(segments=[]))
+    check.start()
+    _allocating_program(source, check)
+    check.stop()
+    (finding,) = [f for f in check.findings() if f.details.get("trigger") == "new-segment"]
+    assert (finding.file, finding.line) == ("/work/project/train.py", 42)
+    assert finding.details["site_observed"] == "allocator history (exact)"
