@@ -1,11 +1,10 @@
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Set, Tuple
+from typing import List, Optional, Tuple
 
 import libcst as cst
 
 from torchlint.analysis import Site
-from torchlint.context import _steps_optimizer
 from torchlint.names import dotted_name
 from torchlint.rule import DISPLAY_ONLY, Fix, Invalid, Rule, Valid
 from torchlint.tensors import already_on_host, reads_host, tensor_evidence
@@ -277,16 +276,11 @@ class HostSyncInLoop(Rule):
     def __init__(self, ctx, options) -> None:
         super().__init__(ctx, options)
         self.candidates: List[Tuple[Site, cst.CSTNode, str, Optional[Fix], bool]] = []
-        self.function_call_sites: Dict[int, List[Tuple[str, Site]]] = {}
-        self.steps_per_call: Set[str] = set()
-        self._step_cache: Dict[str, bool] = {}
-        self._batch_cache: Dict[int, bool] = {}
 
     # -- collecting candidates while walking -----------------------------------
     def visit_Call(self, node: cst.Call) -> None:
         if self.ctx.loop is None and self.ctx.function is None:
             return
-        self._record_call(node)
         method = reads_host(node)
         if method is not None:
             receiver = node.func.value  # type: ignore[attr-defined]
@@ -367,116 +361,17 @@ class HostSyncInLoop(Rule):
             self.ctx.replace(call, replacement),
         )
 
-    def _record_call(self, node: cst.Call) -> None:
-        """Call sites per function, and functions that take an optimizer step
-        or run backward outside their own loops (once per call: a train step)."""
-        function = self.ctx.function
-        if function is None:
-            return
-        func = node.func
-        callee = None
-        if isinstance(func, cst.Name):
-            callee = func.value
-        elif isinstance(func, cst.Attribute):
-            if isinstance(func.value, cst.Name) and func.value.value in ("self", "cls"):
-                callee = func.attr.value
-            if self.ctx.loop is None and _is_step_call(func):
-                self.steps_per_call.add(function.name)
-        if callee is not None:
-            self.function_call_sites.setdefault(id(function), []).append((callee, self.ctx.site()))
-
-    # -- which loops run once per batch ----------------------------------------------
-    def _steps_per_call(self, name: str, seen=None) -> bool:
-        """Does calling this module function run one training step (backward or
-        optimizer step outside its own loops, directly or through such calls)?"""
-        cached = self._step_cache.get(name)
-        if cached is not None:
-            return cached
-        seen = set() if seen is None else seen
-        if name in seen:
-            return False
-        seen.add(name)
-        result = name in self.steps_per_call
-        if not result:
-            for info in self.ctx.facts.functions.get(name, ()):
-                for callee, site in self.function_call_sites.get(id(info), ()):
-                    if site.loop is None and callee != name and self._steps_per_call(callee, seen):
-                        result = True
-                        break
-                if result:
-                    break
-        self._step_cache[name] = result
-        return result
-
-    def _per_batch(self, loop) -> bool:
-        """The loop runs once per batch: it iterates a data source, pulls batches,
-        trains in its own body, or calls a function that runs one training step.
-        A loop that only calls a function which loops over the data itself (an
-        epoch loop calling ``train_one_epoch``) is not one."""
-        cached = self._batch_cache.get(id(loop))
-        if cached is None:
-            if isinstance(loop.node, cst.For) and isinstance(loop.node.iter, (cst.List, cst.Tuple, cst.Set)):
-                cached = False  # `for mode in [A, B]`: a sweep over settings, not over batches
-            else:
-                cached = bool(
-                    loop.iterates_data or loop.trains or loop.pulls_batches or any(self._steps_per_call(c) for c in loop.calls)
-                )
-            self._batch_cache[id(loop)] = cached
-        return cached
-
-    def _is_generation(self, loop) -> bool:
-        if isinstance(loop.node, cst.While):
-            return True
-        iterable = loop.node.iter
-        return isinstance(iterable, cst.Call) and dotted_name(iterable.func) in ("range", "trange", "tqdm.trange")
-
-    def _functions_run_per_batch(self):
-        """Module functions called once per batch or more: from a batch loop's body,
-        or from such a function, at call sites that are neither under a periodic
-        guard nor on an exception path. Maps id(FunctionInfo) -> (loop, function)."""
-        reached = {}
-        frontier = []
-        for loop in self.ctx.facts.loops.values():
-            if not self._per_batch(loop):
-                continue
-            for callee, sites in loop.call_sites.items():
-                if any(not s.in_exception_path() and not s.under_periodic_guard(within=loop) for s in sites):
-                    frontier.append((callee, loop))
-        while frontier:
-            callee, loop = frontier.pop()
-            for info in self.ctx.facts.functions.get(callee, ()):
-                if id(info) in reached or info is loop.function:
-                    continue
-                reached[id(info)] = (loop, info)
-                for inner, site in self.function_call_sites.get(id(info), ()):
-                    if not site.in_exception_path() and not site.under_periodic_guard(within=None):
-                        frontier.append((inner, loop))
-        return reached
-
     # -- deciding, once the module's loops and calls are known -------------------
     def finish(self) -> None:
-        reached = None
         for site, node, what, fix, discarded in self.candidates:
             if site.in_exception_path():
                 continue
-            loops = site.loops()
-            loop = next((l for l in loops if self._per_batch(l)), None)
-            helper = None
-            if loop is None and any(self._is_generation(l) for l in loops):
-                if discarded:
+            loop, helper = site.batch_context()
+            if loop is None:
+                # a generation or other non-batch loop: only a read nobody uses is worth a word
+                if discarded and site.loop is not None:
                     self.report(node, f"{what} forces a host-device sync on every iteration, and its result is discarded")
                 continue
-            if loop is None:
-                if reached is None:
-                    reached = self._functions_run_per_batch()
-                function = site.function
-                while function is not None and id(function) not in reached:
-                    function = function.parent
-                if function is None:
-                    if discarded and site.loop is not None:
-                        self.report(node, f"{what} forces a host-device sync on every iteration, and its result is discarded")
-                    continue
-                loop, helper = reached[id(function)]
             if site.under_periodic_guard(within=loop if helper is None else None):
                 continue
             if helper is None:
@@ -490,13 +385,6 @@ class HostSyncInLoop(Rule):
                     "read the value every N steps instead"
                 )
             self.report(node, message, fix)
-
-
-def _is_step_call(func: cst.Attribute) -> bool:
-    attr = func.attr.value
-    if attr == "backward":
-        return True
-    return attr == "step" and _steps_optimizer(func.value)
 
 
 def _looks_like_module(receiver: cst.BaseExpression) -> bool:

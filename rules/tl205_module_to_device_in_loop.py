@@ -238,7 +238,7 @@ class ModuleToDeviceInLoop(Rule):
             if site.in_exception_path():
                 continue
             loop, helper = site.batch_context()
-            if loop is None or not (loop.iterates_data or loop.trains or loop.pulls_batches):
+            if loop is None:
                 continue
             if site.under_periodic_guard(within=loop if helper is None else None):
                 continue

@@ -200,12 +200,13 @@ class Site:
         return None
 
     def batch_context(self) -> Tuple[Optional[LoopInfo], Optional[FunctionInfo]]:
-        """The batch loop the node runs in: directly, or because its function is
-        called (directly or through module functions) from a batch loop's body,
-        at a call site that is not itself under a periodic guard or on an
-        exception path. Returns (loop, helper function or None).
+        """The batch loop the node runs in: directly, or because its function
+        runs per batch (``ModuleFacts.functions_run_per_batch``: called from a
+        batch loop's body, transitively, through ``self.`` methods, or passed
+        as a callable into the loop). Returns (loop, helper function or None);
+        the helper is what a message names, with the loop that makes it hot.
 
-        Inside a generation loop (``while``, ``for … in range``) that is not a
+        Inside a generation loop (``while``, ``for … in range(…)``) that is not a
         batch loop, the answer is (None, None): such loops are per-token or
         per-sample and their control flow usually needs the value."""
         loop = self.batch_loop()
@@ -213,11 +214,12 @@ class Site:
             return loop, None
         if any(l.is_generation_loop for l in self.loops()):
             return None, None
+        reached = self.ctx.facts.functions_run_per_batch()
         function = self.function
         while function is not None:
-            found = self.ctx.facts_batch_caller(function)
+            found = reached.get(id(function))
             if found is not None:
-                return found, function
+                return found[0], function
             function = function.parent
         return None, None
 
