@@ -39,7 +39,6 @@ _MODEL_CALLEE = re.compile(
     r"(?i)^(model|net|network|module|criterion|loss_fn|loss_func|lossfn|compute_loss|forward|encoder|decoder|"
     r"classifier|head|ddp_model|student|teacher|generator|discriminator)$|(model|net|criterion|_loss|loss_fn)$"
 )
-_TENSOR_NAME = re.compile(r"(?i)^(loss|losses|total_loss|.+_loss|loss_\w+|logits|outputs?|preds?|predictions|correct|grad_norm)$")
 _NUMPY = ("numpy.", "np.")
 # Predicates and getters named after a model return bools or modules, not tensors.
 _PREDICATE_CALLEE = re.compile(r"^_*(is|has|should|can|use|get|load|build|create|make|init)_")
@@ -86,6 +85,8 @@ def _call_evidence(ctx: "FileContext", call: cst.Call, seen) -> Optional[bool]:
         if qname.startswith("torch."):
             return None if _TORCH_NON_TENSOR.match(qname) else True
     if isinstance(func, cst.Name):
+        if func.value == "sum" and call.args:
+            return _sum_evidence(ctx, call.args[0].value, seen)
         if func.value in ("float", "int", "bool", "len", "str", "round", "sum", "max", "min", "abs", "range", "repr"):
             return False
         if _PREDICATE_CALLEE.match(func.value):
@@ -107,6 +108,18 @@ def _call_evidence(ctx: "FileContext", call: cst.Call, seen) -> Optional[bool]:
     return None
 
 
+def _sum_evidence(ctx: "FileContext", items: cst.BaseExpression, seen) -> Optional[bool]:
+    """Python's ``sum()`` of tensors is a tensor: ``sum(loss_dict.values())``,
+    ``sum(l for l in losses)``, ``sum([a, b])``; of anything else, unknown."""
+    if isinstance(items, cst.Call) and isinstance(items.func, cst.Attribute) and items.func.attr.value == "values":
+        return True if tensor_evidence(ctx, items.func.value, seen) is True else None
+    if isinstance(items, (cst.GeneratorExp, cst.ListComp)):
+        return True if tensor_evidence(ctx, items.elt, seen) is True else None
+    if isinstance(items, (cst.List, cst.Tuple)):
+        return True if any(tensor_evidence(ctx, e.value, seen) is True for e in items.elements) else None
+    return None
+
+
 def _name_evidence(ctx: "FileContext", expr: cst.BaseExpression, seen) -> Optional[bool]:
     name = dotted_name(expr)
     if name is None:
@@ -120,10 +133,7 @@ def _name_evidence(ctx: "FileContext", expr: cst.BaseExpression, seen) -> Option
             return None
         return tensor_evidence(ctx, value, seen)
     # Never assigned in this scope (a parameter, a global, an attribute):
-    # only a name that everybody uses for a tensor counts.
-    last = last_name(expr)
-    if last and _TENSOR_NAME.match(last) and not name.startswith("self."):
-        return True
+    # its name alone is no evidence (``if with_loss:`` is a bool).
     return None
 
 
