@@ -415,7 +415,7 @@ def is_training_step_call(func: cst.Attribute) -> bool:
     attr = func.attr.value
     if attr == "backward":
         return True
-    return attr == "step" and _steps_optimizer(func.value)
+    return attr == "step" and steps_optimizer(func.value)
 
 
 def _parameter_names(params: cst.Parameters) -> List[str]:
@@ -424,7 +424,8 @@ def _parameter_names(params: cst.Parameters) -> List[str]:
     return names + [p.name.value for p in params.kwonly_params]
 
 
-def _steps_optimizer(receiver: cst.BaseExpression) -> bool:
+def steps_optimizer(receiver: cst.BaseExpression) -> bool:
+    """Is ``receiver`` an optimizer or a grad scaler (``opt.step()`` trains; a scheduler's does not)?"""
     name = last_name(receiver)
     if isinstance(receiver, cst.Subscript):
         name = last_name(receiver.value)
