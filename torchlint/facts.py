@@ -155,44 +155,38 @@ class ModuleFacts:
         self.call_records: List["CallRecord"] = []
 
     # -- queries ---------------------------------------------------------
-    def function_trains(self, name: str, _seen: Optional[Set[str]] = None) -> bool:
+    def function_trains(self, name: str) -> bool:
         """Does a module function of this name train, directly or through calls?"""
-        cached = self._trains_cache.get(name)
-        if cached is not None:
-            return cached
-        seen = _seen if _seen is not None else set()
-        if name in seen:
-            return False
-        seen.add(name)
-        result = False
-        for info in self.functions.get(name, ()):
-            if info.trains or any(self.function_trains(c, seen) for c in info.calls):
-                result = True
-                break
-        if _seen is None:
-            self._trains_cache[name] = result
-        return result
+        return self._transitively(name, lambda info: info.trains, lambda info: info.calls, self._trains_cache)
 
-    def steps_per_call(self, name: str, _seen: Optional[Set[str]] = None) -> bool:
+    def steps_per_call(self, name: str) -> bool:
         """Does one call of the module function ``name`` run one training step
         (backward or an optimizer step outside its own loops, directly or
         through such calls)?"""
-        cached = self._step_cache.get(name)
+        return self._transitively(
+            name,
+            lambda info: info.steps_per_call,
+            lambda info: (callee for callee, site in info.call_sites if site.loop is None),
+            self._step_cache,
+        )
+
+    def _transitively(self, name: str, holds, callees, cache: Dict[str, bool], seen: Optional[Set[str]] = None) -> bool:
+        """Does ``holds`` hold for a module function of this name, or for one
+        it reaches through ``callees``? Cached per top-level question."""
+        cached = cache.get(name)
         if cached is not None:
             return cached
-        seen = _seen if _seen is not None else set()
+        top = seen is None
+        seen = set() if seen is None else seen
         if name in seen:
             return False
         seen.add(name)
-        result = False
-        for info in self.functions.get(name, ()):
-            if info.steps_per_call or any(
-                site.loop is None and callee != name and self.steps_per_call(callee, seen) for callee, site in info.call_sites
-            ):
-                result = True
-                break
-        if _seen is None:
-            self._step_cache[name] = result
+        result = any(
+            holds(info) or any(self._transitively(c, holds, callees, cache, seen) for c in callees(info) if c != name)
+            for info in self.functions.get(name, ())
+        )
+        if top:
+            cache[name] = result
         return result
 
     def functions_run_per_batch(self) -> Dict[int, tuple]:
