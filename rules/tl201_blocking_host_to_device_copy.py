@@ -451,13 +451,14 @@ class BlockingHostToDeviceCopy(Rule):
         if loader.pinned is None and self._pinned_when_on_cuda(loader):
             return True, "a DataLoader with `pin_memory` on whenever CUDA is"
         if loader.pinned:
-            return True, "a DataLoader with `pin_memory=True`"
+            built = f" built in {loader.where}" if loader.where else ""
+            return True, f"a DataLoader with `pin_memory=True`{built}"
         return loader.pinned, ""
 
     def _pinned_when_on_cuda(self, loader: LoaderInfo) -> bool:
         """``pin_memory=torch.cuda.is_available()`` / ``pin_memory=use_cuda``: pinned
         whenever a copy to CUDA can happen at all."""
-        arg = keyword(loader.call, "pin_memory")
+        arg = keyword(loader.call, "pin_memory") if loader.call is not None else None
         if arg is None:
             return False
         if mentions_cuda_availability(self.ctx, arg.value):

@@ -43,7 +43,7 @@ class FileContext:
         self.module = module
         self.target_torch = target_torch
         self.names = ImportTable()
-        self.facts = ModuleFacts(self.names)
+        self.facts = ModuleFacts(self.names, path)
         self.stack: List[cst.CSTNode] = []
         self.function: Optional[FunctionInfo] = None
         self.loop: Optional[LoopInfo] = None
@@ -152,6 +152,10 @@ class FileContext:
                     self.function.steps_per_call = True
             if attr == "update" and node.args:
                 self._record_dict_update(func.value, node)
+            elif callee is None and isinstance(func.value, cst.Name) and (func.value.value in self.names.aliases or func.value.value in self.names.relative):
+                # ``engine.train_one_epoch(...)``: a function of an imported module
+                if node.args:
+                    self.facts.call_records.append(CallRecord(attr, node, self.function, self._argument_loaders(node), imported=True))
         if callee is not None:
             function = self.function
             site = None

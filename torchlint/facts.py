@@ -111,6 +111,8 @@ class LoaderInfo:
     num_workers: Optional[cst.BaseExpression]
     sampler: Optional[cst.BaseExpression]
     function: Optional[FunctionInfo]
+    # for a loader built in another file of the project: "main.py:12"
+    where: Optional[str] = None
 
 
 def _short(node: cst.CSTNode, depth: int = 0) -> str:
@@ -130,8 +132,9 @@ def _short(node: cst.CSTNode, depth: int = 0) -> str:
 
 
 class ModuleFacts:
-    def __init__(self, names: ImportTable) -> None:
+    def __init__(self, names: ImportTable, path: str = "") -> None:
         self.names = names
+        self.path = path
         self.functions: Dict[str, List[FunctionInfo]] = {}
         self.loops: Dict[int, LoopInfo] = {}
         self.loaders: List[LoaderInfo] = []
@@ -228,7 +231,7 @@ class ModuleFacts:
             # callables handed to a function that calls them per batch
             for record in self.call_records:
                 entry = hot_params.get(record.callee)
-                if entry is None:
+                if entry is None or record.imported:
                     continue
                 params, hot_loop = entry
                 for info in self.functions.get(record.callee, ()):
@@ -307,8 +310,14 @@ class ModuleFacts:
             passed = self._loader_passed_for(function, dotted, _depth)
             if passed is not None or self._bound_by_a_call(function, dotted):
                 return passed
-            # No call in the module says what the parameter is: a loader of the
-            # same name that a builder function of the module makes (and returns).
+            # No call in the module says what the parameter is: a loader that
+            # another file of the project passes for it, else a loader of the
+            # same name that a builder function of the module makes.
+            from torchlint import project
+
+            passed = project.loader_passed(self.path, function, dotted)
+            if passed is not None:
+                return passed
             built = [l for l in self.loaders if l.target == dotted and l.function is not None]
             return built[-1] if built else None
         module_level = [l for l in self.loaders if l.target == dotted and l.function is None]
@@ -316,7 +325,8 @@ class ModuleFacts:
 
     def _bound_by_a_call(self, function: FunctionInfo, param: str) -> bool:
         return any(
-            record.callee == function.name and param in record.bind(function.params) for record in self.call_records
+            record.callee == function.name and not record.imported and param in record.bind(function.params)
+            for record in self.call_records
         )
 
     def _loader_passed_for(self, function: FunctionInfo, param: str, depth: int) -> Optional[LoaderInfo]:
@@ -324,7 +334,7 @@ class ModuleFacts:
         the calls that pass something visible agree."""
         found: List[LoaderInfo] = []
         for record in self.call_records:
-            if record.callee != function.name:
+            if record.callee != function.name or record.imported:
                 continue
             value = record.bind(function.params).get(param)
             if value is None:
@@ -356,6 +366,7 @@ class CallRecord:
     # id(argument expression) -> the loader it evidently is, resolved at the call
     loaders: Dict[int, LoaderInfo] = field(default_factory=dict)
     method: bool = False  # ``self.fit(...)``: the first parameter is ``self``
+    imported: bool = False  # ``engine.fit(...)``: a function of another module
 
     def bind(self, params: List[str]) -> Dict[str, cst.BaseExpression]:
         """Parameter name -> argument expression, positional and keyword alike

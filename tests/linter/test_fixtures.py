@@ -4,10 +4,11 @@ findings written as inline comments (``x.item()  # TL101``).
 A first-line directive sets options: ``# fixture: target-torch=1.13 assume-pinned=true``.
 
 Package fixtures are folders ``tests/fixtures/packages/TL201_*/``: every
-``.py`` file in one is linted as part of the same project, and each file's
-inline comments say what is expected in it. A package listed in
-``_NOT_YET`` records a cross-file case the engine does not find yet: it is
-a strict xfail, so it fails the day it starts passing and must move out.
+``.py`` file in one is linted under its real path, so facts cross between
+its files as they do in a project, and each file's inline comments say what
+is expected in it. A package listed in ``_NOT_YET``
+records a cross-file case the engine does not find yet: it is a strict
+xfail, so it fails the day it starts passing and must move out.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ FIXTURES = sorted((pathlib.Path(__file__).parent.parent / "fixtures").glob("TL*.
 PACKAGES = sorted(p for p in (pathlib.Path(__file__).parent.parent / "fixtures" / "packages").glob("TL*") if p.is_dir())
 # Cross-file facts (per-function summaries shared between the project's
 # modules) are not built yet: a loader made in one file and iterated in another.
-_NOT_YET = {"TL201_loader_across_files": "cross-file function summaries are not built yet"}
+_NOT_YET: dict = {}
 _DIRECTIVE = re.compile(r"^#\s*fixture:(.*)$")
 
 
@@ -59,7 +60,7 @@ def _package_params():
         yield pytest.param(path, id=path.name, marks=marks)
 
 
-@pytest.mark.parametrize("package", _package_params())
+@pytest.mark.parametrize("package", list(_package_params()))
 def test_package_fixture_findings_match_inline_expectations(package):
     code = package.name.split("_", 1)[0]
     files = sorted(package.rglob("*.py"))
