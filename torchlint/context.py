@@ -152,6 +152,12 @@ class FileContext:
                     self.function.steps_per_call = True
             if attr == "update" and node.args:
                 self._record_dict_update(func.value, node)
+            elif attr == "add_argument" and node.args:
+                self._record_argument(node)
+            elif attr == "set_defaults":
+                for arg in node.args:
+                    if arg.keyword is not None:
+                        self.facts.set_defaults[arg.keyword.value] = arg.value
             elif callee is None and isinstance(func.value, cst.Name) and (func.value.value in self.names.aliases or func.value.value in self.names.relative):
                 # ``engine.train_one_epoch(...)``: a function of an imported module
                 if node.args:
@@ -313,13 +319,40 @@ class FileContext:
                 return False
         return False
 
-    # -- value flow: dicts, constants ----------------------------------------------
+    # -- value flow: dicts, constants, argparse defaults ----------------------------
+    def _record_argument(self, call: cst.Call) -> None:
+        """``parser.add_argument("--pin-mem", action="store_true")`` -> pin_mem: False."""
+        flags = [a.value.evaluated_value for a in call.args if a.keyword is None and isinstance(a.value, cst.SimpleString)]
+        dest_arg = keyword(call, "dest")
+        if dest_arg is not None and isinstance(dest_arg.value, cst.SimpleString):
+            dest = dest_arg.value.evaluated_value
+        else:
+            longs = [f for f in flags if isinstance(f, str) and f.startswith("--")]
+            dest = longs[0][2:].replace("-", "_") if longs else None
+        if not isinstance(dest, str) or dest in self.facts.argument_defaults:
+            return
+        default = keyword(call, "default")
+        action = keyword(call, "action")
+        if default is not None:
+            self.facts.argument_defaults[dest] = default.value
+        elif action is not None and isinstance(action.value, cst.SimpleString):
+            kind = action.value.evaluated_value
+            if kind in ("store_true", "store_false"):
+                self.facts.argument_defaults[dest] = cst.Name("False" if kind == "store_true" else "True")
+
     def constant(self, expr: cst.BaseExpression) -> cst.BaseExpression:
         """Follow a name to the literal it holds (a module constant or a local
         assigned once before), and a ternary to the branch that holds one."""
         for _ in range(4):
             if isinstance(expr, cst.Name) and expr.value not in ("True", "False", "None"):
                 value = self.values.get(expr.value) or self.facts.module_constants.get(expr.value)
+                if value is None:
+                    return expr
+                expr = value
+            elif isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name):
+                # ``args.pin_mem``: the default of the argparse option of that name
+                dest = expr.attr.value
+                value = self.facts.set_defaults.get(dest) or self.facts.argument_defaults.get(dest)
                 if value is None:
                     return expr
                 expr = value

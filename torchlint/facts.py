@@ -141,6 +141,9 @@ class ModuleFacts:
         self.dict_literals: Dict[str, cst.CSTNode] = {}
         # module-level ``NAME = value`` assignments (the last one wins)
         self.module_constants: Dict[str, cst.BaseExpression] = {}
+        # argparse: dest -> default (``action="store_true"`` -> False, ``set_defaults`` wins)
+        self.argument_defaults: Dict[str, cst.BaseExpression] = {}
+        self.set_defaults: Dict[str, cst.BaseExpression] = {}
         self.data_names: Set[str] = set()
         self.cuda_flag_names: Set[str] = set()
         self.module_calls: Set[str] = set()
