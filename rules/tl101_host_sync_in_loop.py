@@ -7,7 +7,7 @@ import libcst as cst
 from torchlint.analysis import Site
 from torchlint.names import dotted_name
 from torchlint.rule import DISPLAY_ONLY, Fix, Invalid, Rule, Valid
-from torchlint.tensors import already_on_host, reads_host, tensor_evidence
+from torchlint.tensors import already_on_host, lives_on_host, reads_host, tensor_evidence
 
 _CONVERSIONS = ("float", "int", "bool")
 _MODULE_METHODS = frozenset(
@@ -187,6 +187,7 @@ class HostSyncInLoop(Rule):
             """
             import torch as T
             for batch in loader:
+                batch = batch.to(device)
                 loss = model(batch)
                 print(f"loss={loss:.4f}")
             """,
@@ -204,6 +205,7 @@ class HostSyncInLoop(Rule):
         Invalid(
             """
             for batch in loader:
+                batch = batch.to(device)
                 logits = model(batch)
                 preds = logits.argmax(-1).cpu()
             """,
@@ -225,6 +227,7 @@ class HostSyncInLoop(Rule):
         Invalid(
             """
             for batch in loader:
+                batch = batch.to(device)
                 loss = model(batch)
                 value = float(loss)
             """,
@@ -254,6 +257,7 @@ class HostSyncInLoop(Rule):
         Invalid(
             """
             for batch in loader:
+                batch = batch.to(device)
                 out = model(batch)
                 out.tolist()
                 out.cpu().numpy()
@@ -284,8 +288,8 @@ class HostSyncInLoop(Rule):
         method = reads_host(node)
         if method is not None:
             receiver = node.func.value  # type: ignore[attr-defined]
-            if already_on_host(receiver) or tensor_evidence(self.ctx, receiver) is False:
-                return
+            if tensor_evidence(self.ctx, receiver) is False or lives_on_host(self.ctx, receiver):
+                return  # not a tensor, or one in host memory: nothing to wait for
             if method == "cpu" and (_looks_like_module(receiver) or self._result_discarded(node) or self._used_as_module(node)):
                 return  # a discarded `.cpu()` result is a module moved in place
             self._candidate(node, f"`.{method}()`", self._accumulate_fix(node), discardable=True)
@@ -334,7 +338,7 @@ class HostSyncInLoop(Rule):
         return len(self.ctx.stack) > 1 and self.ctx.stack[-1] is node and isinstance(self.ctx.stack[-2], cst.Expr)
 
     def _is_device_value(self, expr: cst.BaseExpression) -> bool:
-        return not already_on_host(expr) and tensor_evidence(self.ctx, expr) is True
+        return tensor_evidence(self.ctx, expr) is True and not lives_on_host(self.ctx, expr)
 
     def _candidate(self, node: cst.CSTNode, what: str, fix: Optional[Fix], discardable: bool = False) -> None:
         site = self.ctx.site()

@@ -6,6 +6,7 @@ walker calls before any rule sees the node.
 """
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 import libcst as cst
@@ -32,6 +33,8 @@ if TYPE_CHECKING:  # pragma: no cover
 # Stands for "one element of an unpacked value": known to be assigned, not what.
 _UNKNOWN_PART = cst.Name("__unpacked__")
 _EXIT_CALLS = frozenset({"sys.exit", "exit", "quit", "os._exit"})
+# Code that places tensors on a device or trains (prose in docstrings rarely matches).
+_NAMES_A_DEVICE_OR_TRAINS = re.compile(r"\bcuda\b|\.to\(|\bdevice\s*=|\.(backward|step|prepare|setup)\(|\b(xpu|mps)\b")
 # Builtins whose calls are not calls of module functions.
 _BUILTIN_CALLS = frozenset({"print", "len", "range", "isinstance", "getattr", "hasattr", "setattr", "int", "float", "str", "bool", "list", "dict", "tuple", "set", "enumerate", "zip", "super", "min", "max", "sum", "abs", "round", "sorted", "iter", "next", "type", "format", "open", "repr", "any", "all", "map", "filter"})
 
@@ -54,6 +57,9 @@ class FileContext:
         self.reports: List[Tuple["Rule", cst.CSTNode, str, Optional[Fix]]] = []
         self._recorded_loaders: Dict[int, LoaderInfo] = {}
         self._mentions_availability = "is_available" in source or "device_count" in source
+        # An inference client: the file never names a device and never trains,
+        # so a model fed host tensors runs on the host.
+        self.host_only = _NAMES_A_DEVICE_OR_TRAINS.search(source) is None
         # which names hold batch data, per scope (TL201, TL202, TL206 ask it)
         self.batches = BatchFlow(self)
 
@@ -125,6 +131,12 @@ class FileContext:
         if isinstance(node, cst.For):
             info.iterates_data = self.facts.is_data_source(node.iter)
             self.batches.bind_loop(node)
+            if isinstance(node.target, cst.Name):
+                # ``for v in t``: each ``v`` is an element of ``t`` (a tensor's
+                # elements are tensors on its device)
+                self.values[node.target.value] = cst.Subscript(
+                    value=node.iter, slice=[cst.SubscriptElement(cst.Index(cst.Integer("0")))]
+                )
         self.facts.loops[id(node)] = info
         return info
 

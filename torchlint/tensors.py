@@ -144,6 +144,61 @@ def reads_host(call: cst.Call) -> Optional[str]:
     return None
 
 
+# Factories that build a tensor on the host unless given ``device=``.
+_HOST_FACTORIES = re.compile(
+    r"^torch\.(zeros|ones|empty|full|tensor|as_tensor|arange|linspace|logspace|rand|randn|randint|randperm|eye|from_numpy|"
+    r"stack|cat)$"
+)
+
+
+def lives_on_host(ctx: "FileContext", expr: cst.BaseExpression, _depth: int = 0) -> bool:
+    """Is ``expr`` evidently a tensor in host memory, so that reading it
+    (``.numpy()``, ``.item()``) waits for nothing? ``torch.from_numpy(...)``,
+    a factory without ``device=``, a ``.cpu()`` result, a part of a loader's
+    batch not yet moved, and tensor methods and names followed back to one.
+    False when unknown."""
+    if _depth > 6:
+        return False
+    if already_on_host(expr):
+        return True
+    if isinstance(expr, cst.Call):
+        qname = ctx.names.qualified_name(expr.func)
+        if qname is not None and _HOST_FACTORIES.match(qname):
+            if qname in ("torch.stack", "torch.cat"):
+                first = expr.args[0].value if expr.args else None
+                return isinstance(first, (cst.List, cst.Tuple)) and bool(first.elements) and all(
+                    lives_on_host(ctx, e.value, _depth + 1) for e in first.elements
+                )
+            return not any(a.keyword is not None and a.keyword.value == "device" for a in expr.args)
+        if isinstance(expr.func, cst.Attribute):
+            method = expr.func.attr.value
+            if method in ("to", "cuda"):
+                return device_move(ctx, expr) == "cpu"
+            if method in _TENSOR_METHODS:
+                return lives_on_host(ctx, expr.func.value, _depth + 1)
+        # In an inference client (a file that never names a device and never
+        # trains), a model fed only host tensors runs on the host:
+        # ``model(images).numpy()``.
+        inputs = [a.value for a in expr.args if a.keyword is None and not a.star]
+        return (
+            bool(inputs)
+            and qname is None
+            and ctx.host_only
+            and tensor_evidence(ctx, expr) is True
+            and all(lives_on_host(ctx, value, _depth + 1) for value in inputs)
+        )
+    if isinstance(expr, cst.Subscript):
+        return lives_on_host(ctx, expr.value, _depth + 1)
+    if isinstance(expr, (cst.Name, cst.Attribute)):
+        origin = ctx.batches.origin_of(expr)
+        if origin is not None and origin.kind != "pinned":
+            return True  # batch data straight from the loader: host memory
+        value = ctx.value_of(dotted_name(expr))
+        if value is not None and not (isinstance(value, cst.Name) and value.value == "__unpacked__"):
+            return lives_on_host(ctx, value, _depth + 1)
+    return False
+
+
 def already_on_host(expr: cst.BaseExpression) -> bool:
     """Does the receiver chain already contain a host read (``x.cpu().numpy()``)?"""
     node = expr
