@@ -1,13 +1,10 @@
 from __future__ import annotations
 
-from typing import List
 
-import libcst as cst
 
-from torchlint.batches import Origin
+from torchlint import project
 from torchlint.facts import LoaderInfo, keyword
 from torchlint.rule import SAFE, UNSAFE, Invalid, Rule, Valid
-from torchlint.tensors import device_move
 
 class DataloaderNotPinned(Rule):
     """## What it does
@@ -302,27 +299,13 @@ class DataloaderNotPinned(Rule):
         ),
     ]
 
-    def __init__(self, ctx, options) -> None:
-        super().__init__(ctx, options)
-        self.copied: List[Origin] = []
-
-    def visit_Call(self, node: cst.Call) -> None:
-        if device_move(self.ctx, node) != "device":
-            return
-        origin = self.ctx.batches.origin_of(node.func.value)  # type: ignore[attr-defined]
-        if origin is None or origin.source is None:
-            return
-        if origin.loop_node is not None and not any(a is origin.loop_node for a in self.ctx.stack):
-            return  # after the loop: the last batch, once
-        self.copied.append(origin)
-
     def finish(self) -> None:
         unpinned = [l for l in self.ctx.facts.loaders if l.pinned is False and not self._handed_to_framework(l)]
         if not unpinned:
             return
         any_pinned = any(l.pinned is not False for l in self.ctx.facts.loaders)
         flagged = set()
-        for origin in self.copied:
+        for origin in self.ctx.facts.batch_copies:
             loader = self.ctx.facts.loader_for(origin.source, origin.function)
             if loader is not None:
                 targets = [loader] if loader.pinned is False and loader in unpinned else []
@@ -334,15 +317,21 @@ class DataloaderNotPinned(Rule):
                 if id(target) not in flagged:
                     flagged.add(id(target))
                     self._report(target)
+        for loader in unpinned:
+            if id(loader) not in flagged:
+                where = project.copied_elsewhere(self.ctx, loader)
+                if where is not None:
+                    flagged.add(id(loader))
+                    self._report(loader, where)
 
     def _handed_to_framework(self, loader: LoaderInfo) -> bool:
         return loader.target is not None and loader.target in self.ctx.batches.placed_by_framework
 
-    def _report(self, loader: LoaderInfo) -> None:
+    def _report(self, loader: LoaderInfo, where: str = "this module") -> None:
         call = loader.call
         arg = keyword(call, "pin_memory")
         message = (
-            "this DataLoader's batches are copied to the GPU in this module, but it does not use pinned memory"
+            f"this DataLoader's batches are copied to the GPU in {where}, but it does not use pinned memory"
             " (`pin_memory=True`), so every copy is a blocking copy from pageable memory"
         )
         fix = None

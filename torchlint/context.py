@@ -26,6 +26,7 @@ from torchlint.facts import (
 )
 from torchlint.names import ImportTable, dotted_name, last_name
 from torchlint.rule import Edit, Fix
+from torchlint.tensors import device_move
 
 if TYPE_CHECKING:  # pragma: no cover
     from torchlint.rule import Rule
@@ -162,6 +163,8 @@ class FileContext:
                 self._mark_training()
                 if self.function is not None and self.loop is None:
                     self.function.steps_per_call = True
+            if (attr == "to" or attr == "cuda") and device_move(self, node) == "device":
+                self._record_batch_copy(func.value)
             if attr == "update" and node.args:
                 self._record_dict_update(func.value, node)
             elif attr == "add_argument" and node.args:
@@ -196,6 +199,14 @@ class FileContext:
                 )
         if id(node) not in self._recorded_loaders and is_dataloader_call(self.names, node):
             self._record_loader(node, None)
+
+    def _record_batch_copy(self, receiver: cst.BaseExpression) -> None:
+        origin = self.batches.origin_of(receiver)
+        if origin is None or origin.source is None:
+            return
+        if origin.loop_node is not None and not any(a is origin.loop_node for a in self.stack):
+            return  # after the loop: the last batch, once
+        self.facts.batch_copies.append(origin)
 
     def _argument_loaders(self, call: cst.Call) -> Dict[int, LoaderInfo]:
         """Arguments that are, at this point of the walk, evidently a loader

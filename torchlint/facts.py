@@ -157,6 +157,8 @@ class ModuleFacts:
         self._per_batch: Optional[Dict[int, tuple]] = None
         # dict values by (id(function node) or 0, name): key -> every value it is given
         self.dicts: Dict[tuple, Dict[str, List[cst.BaseExpression]]] = {}
+        # batch data copied to the device (``x.to(device)`` of a batch, inside its loop)
+        self.batch_copies: List = []
         # calls of module functions: (callee, call node, caller FunctionInfo or None, resolved args)
         self.call_records: List["CallRecord"] = []
 

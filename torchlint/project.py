@@ -31,6 +31,7 @@ import libcst as cst
 from torchlint import source as sources
 
 if TYPE_CHECKING:  # pragma: no cover
+    from torchlint.context import FileContext
     from torchlint.facts import FunctionInfo, LoaderInfo
 
 
@@ -180,6 +181,83 @@ def loader_passed(path: str, function: "FunctionInfo", param: str) -> Optional["
         return None
     chosen = next((p for p in matching if p.pinned), matching[0])
     return LoaderInfo(call=None, target=param, pinned=chosen.pinned, num_workers=None, sampler=None, function=None, where=chosen.where)  # type: ignore[arg-type]
+
+
+# -- the other direction: does the function a loader is passed to copy its batches?
+_COPIES: Dict[str, Set[Tuple[str, str]]] = {}
+
+
+def copied_elsewhere(ctx: "FileContext", loader: "LoaderInfo") -> Optional[str]:
+    """Where another file of the project copies the batches of ``loader`` to
+    the device: the loader is passed (as an argument resolved at the call)
+    to a function imported from that file, which copies the batches of that
+    parameter. Returns the file's name for the message, else None. The
+    callee file is walked on demand, once per process."""
+    files: Optional[Set[str]] = None
+    for record in ctx.facts.call_records:
+        keys = [
+            (arg.keyword.value if arg.keyword is not None else position)
+            for position, arg in enumerate(record.call.args)
+            if not arg.star and record.loaders.get(id(arg.value)) is loader
+        ]
+        if not keys:
+            continue
+        qualified = ctx.names.imported_name(record.call.func)
+        if not qualified or "." not in qualified.lstrip("."):
+            continue
+        module_name, _, function = qualified.rpartition(".")
+        if files is None:
+            files = set(project_files(project_root(ctx.path)))
+        callee = resolve_module(os.path.abspath(ctx.path), module_name, files)
+        if callee is None:
+            continue
+        copies = copies_in(callee)
+        params = _params_of(callee, function)
+        for key in keys:
+            param = key if isinstance(key, str) else (params[key] if params and key < len(params) else None)
+            if param is not None and (function, param) in copies:
+                return os.path.basename(callee)
+    return None
+
+
+_PARAMS: Dict[Tuple[str, str], List[str]] = {}
+
+
+def _params_of(path: str, function: str) -> Optional[List[str]]:
+    copies_in(path)
+    return _PARAMS.get((path, function))
+
+
+def copies_in(path: str) -> Set[Tuple[str, str]]:
+    """(function, parameter) pairs of the module-level functions of ``path``
+    that copy the batches of that parameter to the device."""
+    found = _COPIES.get(path)
+    if found is not None:
+        return found
+    from torchlint.context import FileContext
+    from torchlint.walker import Walker
+
+    found = _COPIES[path] = set()
+    try:
+        with open(path, "rb") as handle:
+            text = sources.decode(handle.read()).text
+        module = cst.parse_module(text)
+        ctx = FileContext(path, text, module)
+        Walker(ctx, {}, {}, lambda method, exc: None).walk(module)
+    except Exception:
+        return found  # unreadable or unparsable: its own lint reports it
+    for infos in ctx.facts.functions.values():
+        for info in infos:
+            if info.class_name is None and info.parent is None:
+                _PARAMS[(path, info.name)] = info.params
+    for origin in ctx.facts.batch_copies:
+        function = origin.function
+        source = origin.source
+        if function is None or function.class_name is not None or function.parent is not None:
+            continue
+        if isinstance(source, cst.Name) and source.value in function.params:
+            found.add((function.name, source.value))
+    return found
 
 
 def _row(text: str, node: cst.CSTNode) -> int:
