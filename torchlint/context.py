@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # pragma: no cover
 _UNKNOWN_PART = cst.Name("__unpacked__")
 _EXIT_CALLS = frozenset({"sys.exit", "exit", "quit", "os._exit"})
 # Code that places tensors on a device or trains (prose in docstrings rarely matches).
-_NAMES_A_DEVICE_OR_TRAINS = re.compile(r"\bcuda\b|\.to\(|\bdevice\s*=|\.(backward|step|prepare|setup)\(|\b(xpu|mps)\b")
+_NAMES_A_DEVICE_OR_TRAINS = re.compile(r"\bcuda\b|\bdevice_map\b|\.to\(|\bdevice\s*=|\.(backward|step|prepare|setup)\(|\b(xpu|mps)\b")
 # Builtins whose calls are not calls of module functions.
 _BUILTIN_CALLS = frozenset({"print", "len", "range", "isinstance", "getattr", "hasattr", "setattr", "int", "float", "str", "bool", "list", "dict", "tuple", "set", "enumerate", "zip", "super", "min", "max", "sum", "abs", "round", "sorted", "iter", "next", "type", "format", "open", "repr", "any", "all", "map", "filter"})
 
