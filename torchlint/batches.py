@@ -146,6 +146,8 @@ class BatchFlow:
 
     def _iteration_origin(self, iterable: cst.BaseExpression, loop_node: cst.CSTNode) -> Optional[Origin]:
         inner = unwrap_pass_through(iterable)
+        while isinstance(inner, cst.Call) and inner.args and self.ctx.facts.yields_first_argument(inner):
+            inner = inner.args[0].value  # ``metric_logger.log_every(loader, 10)`` -> ``loader``
         if dotted_name(inner) in self.placed_by_framework:
             return None
         if self.ctx.facts.is_data_source(iterable):

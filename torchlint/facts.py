@@ -293,7 +293,7 @@ class ModuleFacts:
         yields, if visible: a loader bound in the same scope, a module-level
         one, one stored on ``self``, or, for a parameter, the loader every
         call of the function in this module passes for it."""
-        while isinstance(node, cst.Call) and node.args and self._yields_first_argument(node):
+        while isinstance(node, cst.Call) and node.args and self.yields_first_argument(node):
             node = node.args[0].value
         if isinstance(node, cst.Call):
             for loader in self.loaders:
@@ -354,7 +354,9 @@ class ModuleFacts:
         pinned = [l for l in found if l.pinned]
         return pinned[0] if pinned else found[0]
 
-    def _yields_first_argument(self, call: cst.Call) -> bool:
+    def yields_first_argument(self, call: cst.Call) -> bool:
+        """Iterating ``call`` yields the items of its first argument:
+        ``enumerate(loader)``, ``tqdm(loader)``, ``log_every(loader, 10)``."""
         name = last_name(call.func)
         if name in _PASS_THROUGH:
             return True
