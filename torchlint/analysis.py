@@ -153,6 +153,17 @@ def is_no_grad_decorated(ctx: "FileContext", function: cst.FunctionDef) -> bool:
     return False
 
 
+class ForeignLoop:
+    """The batch loop, in another file, that makes a helper of this file hot:
+    all a message needs is how to name it."""
+
+    __slots__ = ("line_hint",)
+    node = None
+
+    def __init__(self, line_hint: str) -> None:
+        self.line_hint = line_hint
+
+
 class Site:
     """Where a node sits: its ancestors, function and loops, frozen at walk time."""
 
@@ -221,6 +232,16 @@ class Site:
             if found is not None:
                 return found[0], function
             function = function.parent
+        # called per batch from another file of the project (``MetricLogger.update``)
+        from torchlint import project
+
+        function = self.function
+        while function is not None and function.parent is not None:
+            function = function.parent
+        if function is not None:
+            hint = project.hot_from_elsewhere(self.ctx, function)
+            if hint is not None:
+                return ForeignLoop(hint), function
         return None, None
 
     # -- guards --------------------------------------------------------------

@@ -26,7 +26,7 @@ from torchlint.facts import (
 )
 from torchlint.names import ImportTable, dotted_name, last_name
 from torchlint.rule import Edit, Fix
-from torchlint.tensors import device_move
+from torchlint.tensors import device_move, tensor_evidence
 
 if TYPE_CHECKING:  # pragma: no cover
     from torchlint.rule import Rule
@@ -163,6 +163,16 @@ class FileContext:
                 self._mark_training()
                 if self.function is not None and self.loop is None:
                     self.function.steps_per_call = True
+            if isinstance(func.value, cst.Name) and (self.loop is not None or self.function is not None):
+                built_by = self.values.get(func.value.value)
+                # ``meter = AverageMeter()`` … ``meter.update(x)``: a method of a class instance
+                if isinstance(built_by, cst.Call) and (last_name(built_by.func) or "")[:1].isupper():
+                    passes_tensor = any(tensor_evidence(self, a.value) is True for a in node.args)
+                    entry = (built_by, attr, self.site(), passes_tensor)
+                    if self.loop is not None:
+                        self.loop.method_calls.append(entry)
+                    else:
+                        self.function.method_calls.append(entry)  # type: ignore[union-attr]
             if (attr == "to" or attr == "cuda") and device_move(self, node) == "device":
                 self._record_batch_copy(func.value)
             if attr == "update" and node.args:
@@ -229,7 +239,10 @@ class FileContext:
                 function = function.parent
 
     def value_of(self, name: Optional[str]) -> Optional[cst.BaseExpression]:
-        return self.values.get(name) if name else None
+        value = self.values.get(name) if name else None
+        if value is not None and any(node is value for node in reversed(self.stack)):
+            return None  # inside ``x = f(x)``'s own value: the new binding is not in effect yet
+        return value
 
     def enter_augassign(self, node: cst.AugAssign) -> None:
         target = dotted_name(node.target)

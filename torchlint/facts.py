@@ -49,6 +49,9 @@ class FunctionInfo:
     call_sites: List[tuple] = field(default_factory=list)
     # parameters called inside the function (``step_fn(batch)``)
     called_params: Set[str] = field(default_factory=set)
+    # (the call that built the receiver, method name, Site, passes a tensor):
+    # ``meter.update(x)`` where ``meter = AverageMeter()`` in scope, outside the function's loops
+    method_calls: List[tuple] = field(default_factory=list)
 
     @property
     def qualname(self) -> str:
@@ -66,6 +69,8 @@ class LoopInfo:
     calls: Set[str] = field(default_factory=set)
     # callee name -> the sites (``torchlint.analysis.Site``) of its calls in the body
     call_sites: Dict[str, list] = field(default_factory=dict)
+    # (the call that built the receiver, method name, Site, passes a tensor) for ``meter.update(x)`` in the body
+    method_calls: List[tuple] = field(default_factory=list)
     _facts: Optional["ModuleFacts"] = field(default=None, repr=False)
 
     @property

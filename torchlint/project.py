@@ -269,3 +269,105 @@ def _row(text: str, node: cst.CSTNode) -> int:
     first = cst.Module(body=[]).code_for_node(node).splitlines()[0] if name else ""
     offset = text.find(first) if first else -1
     return text.count("\n", 0, offset) + 1 if offset >= 0 else 1
+
+
+# -- per batch from another file: ``metric_logger.update(...)`` in engine.py's batch loop
+_TEXTS: Dict[str, Dict[str, str]] = {}
+_WALKED: Dict[str, object] = {}
+_HOT: Dict[Tuple[str, Optional[str], str], Optional[str]] = {}
+
+
+def hot_from_elsewhere(ctx: "FileContext", function: "FunctionInfo") -> Optional[str]:
+    """Does another file of the project call ``function`` (a method of a
+    module-level class of ``ctx``'s file) once per batch, passing it a tensor:
+    ``metric_logger.update(acc=acc1)`` in a batch loop's body, not under a
+    periodic guard, where ``metric_logger = utils.MetricLogger()``? Returns
+    how to name that loop ("`for x in loader` in engine.py"), else None. Only
+    the files whose text names both the class and this module are walked."""
+    if function.parent is not None or function.class_name is None:
+        return None
+    path = os.path.abspath(ctx.path)
+    key = (path, function.class_name, function.name)
+    if key in _HOT:
+        return _HOT[key]
+    _HOT[key] = None
+    root = project_root(path)
+    texts = _project_texts(root)
+    stem = os.path.splitext(os.path.basename(path))[0]
+    if stem == "__init__":
+        stem = os.path.basename(os.path.dirname(path))
+    owner = function.class_name or function.name
+    files = set(texts)
+    for other, text in texts.items():
+        if other == path or owner not in text or stem not in text or f"{function.name}(" not in text:
+            continue
+        facts_ctx = _walk(other, text)
+        if facts_ctx is None:
+            continue
+        found = _hot_call_in(facts_ctx, other, path, function, files)
+        if found is not None:
+            _HOT[key] = found
+            return found
+    return None
+
+
+def _hot_call_in(other_ctx, other: str, target: str, function: "FunctionInfo", files: Set[str]) -> Optional[str]:
+    facts = other_ctx.facts
+    names = other_ctx.names
+
+    def names_target(node: cst.CSTNode, wanted: str) -> bool:
+        qualified = names.imported_name(node)
+        if not qualified or "." not in qualified.lstrip("."):
+            return False
+        module_name, _, last = qualified.rpartition(".")
+        return last == wanted and resolve_module(other, module_name, files) == target
+
+    where = os.path.basename(other)
+    for loop in facts.loops.values():
+        if not loop.is_batch_loop:
+            continue
+        for built_by, method, site, passes_tensor in loop.method_calls:
+            if (
+                passes_tensor
+                and method == function.name
+                and names_target(built_by.func, function.class_name)
+                and _runs_every_time(site, loop)
+            ):
+                return f"{loop.line_hint} in {where}"
+    return None
+
+
+def _runs_every_time(site, loop) -> bool:
+    return not site.in_exception_path() and not site.under_periodic_guard(within=loop)
+
+
+def _project_texts(root: str) -> Dict[str, str]:
+    texts = _TEXTS.get(root)
+    if texts is None:
+        texts = _TEXTS[root] = {}
+        for path in project_files(root):
+            try:
+                with open(path, "rb") as handle:
+                    texts[path] = sources.decode(handle.read()).text
+            except (OSError, sources.DecodeError):
+                continue
+    return texts
+
+
+def _walk(path: str, text: str):
+    """The engine's facts of another file (walked without rules), once per process."""
+    if path in _WALKED:
+        return _WALKED[path]
+    from torchlint.context import FileContext
+    from torchlint.walker import Walker
+
+    result = None
+    try:
+        module = cst.parse_module(text)
+        ctx = FileContext(path, text, module)
+        Walker(ctx, {}, {}, lambda method, exc: None).walk(module)
+        result = ctx
+    except Exception:
+        result = None
+    _WALKED[path] = result
+    return result
