@@ -238,11 +238,23 @@ class Site:
         function = self.function
         while function is not None and function.parent is not None:
             function = function.parent
-        if function is not None:
+        if function is not None and function.class_name is not None and self._uses_argument(function):
             hint = project.hot_from_elsewhere(self.ctx, function)
             if hint is not None:
                 return ForeignLoop(hint), function
         return None, None
+
+    def _uses_argument(self, function: FunctionInfo) -> bool:
+        """Does the node read an argument of the method (``value.item()`` in
+        ``update(self, value)``)? Only then can callers elsewhere make it hot
+        by what they pass."""
+        params = set(function.params[1:])
+        if not params:
+            return False
+        for sub in iter_subtree(self.node):
+            if isinstance(sub, cst.Name) and sub.value in params:
+                return True
+        return False
 
     # -- guards --------------------------------------------------------------
     def in_exception_path(self) -> bool:

@@ -63,6 +63,8 @@ class FileContext:
         self.host_only = _NAMES_A_DEVICE_OR_TRAINS.search(source) is None
         # which names hold batch data, per scope (TL201, TL202, TL206 ask it)
         self.batches = BatchFlow(self)
+        # ids of the assignment values being walked: their targets are not bound yet
+        self._assigning: set = set()
 
     # -- for rules -------------------------------------------------------------
     def report(self, rule: "Rule", node: cst.CSTNode, message: str, fix: Optional[Fix] = None) -> None:
@@ -146,6 +148,7 @@ class FileContext:
 
     def leave_assign(self, node: cst.Assign) -> None:
         # after the value: ``x = x.to(device)`` still sees the batch ``x`` in its value
+        self._assigning.discard(id(node.value))
         self.batches.bind_assign(node)
 
     def enter_call(self, node: cst.Call) -> None:
@@ -240,7 +243,7 @@ class FileContext:
 
     def value_of(self, name: Optional[str]) -> Optional[cst.BaseExpression]:
         value = self.values.get(name) if name else None
-        if value is not None and any(node is value for node in reversed(self.stack)):
+        if value is not None and id(value) in self._assigning:
             return None  # inside ``x = f(x)``'s own value: the new binding is not in effect yet
         return value
 
@@ -255,6 +258,7 @@ class FileContext:
             self.values[target] = node.value
 
     def enter_assign(self, node: cst.Assign) -> None:
+        self._assigning.add(id(node.value))
         for assign_target in node.targets:
             target_node = assign_target.target
             if isinstance(target_node, (cst.Tuple, cst.List)):

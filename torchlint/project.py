@@ -296,10 +296,10 @@ def hot_from_elsewhere(ctx: "FileContext", function: "FunctionInfo") -> Optional
     stem = os.path.splitext(os.path.basename(path))[0]
     if stem == "__init__":
         stem = os.path.basename(os.path.dirname(path))
-    owner = function.class_name or function.name
+    owner = function.class_name
     files = set(texts)
     for other, text in texts.items():
-        if other == path or owner not in text or stem not in text or f"{function.name}(" not in text:
+        if other == path or f"{owner}(" not in text or stem not in text or f".{function.name}(" not in text:
             continue
         facts_ctx = _walk(other, text)
         if facts_ctx is None:
