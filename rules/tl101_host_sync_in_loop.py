@@ -5,9 +5,8 @@ from typing import List, Optional, Tuple
 import libcst as cst
 
 from torchlint.analysis import Site
-from torchlint.names import dotted_name
 from torchlint.rule import DISPLAY_ONLY, Fix, Invalid, Rule, Valid
-from torchlint.tensors import already_on_host, lives_on_host, reads_host, tensor_evidence
+from torchlint.tensors import already_on_host, lives_on_host, module_evidence, reads_host, tensor_evidence
 
 _CONVERSIONS = ("float", "int", "bool")
 _MODULE_METHODS = frozenset(
@@ -291,7 +290,7 @@ class HostSyncInLoop(Rule):
             receiver = node.func.value  # type: ignore[attr-defined]
             if tensor_evidence(self.ctx, receiver) is False or lives_on_host(self.ctx, receiver):
                 return  # not a tensor, or one in host memory: nothing to wait for
-            if method == "cpu" and (_looks_like_module(receiver) or self._result_discarded(node) or self._used_as_module(node)):
+            if method == "cpu" and (module_evidence(self.ctx, receiver) or self._result_discarded(node) or self._used_as_module(node)):
                 return  # a discarded `.cpu()` result is a module moved in place
             self._candidate(node, f"`.{method}()`", self._accumulate_fix(node), discardable=True)
             return
@@ -299,7 +298,7 @@ class HostSyncInLoop(Rule):
             receiver = node.func.value  # type: ignore[attr-defined]
             if self._result_discarded(node):
                 return  # `component.to("cpu")` as a statement moves a module
-            if not already_on_host(receiver) and not _looks_like_module(receiver) and tensor_evidence(self.ctx, receiver) is not False:
+            if not already_on_host(receiver) and not module_evidence(self.ctx, receiver) and tensor_evidence(self.ctx, receiver) is not False:
                 self._candidate(node, '`.to("cpu")`', None, discardable=True)
             return
         if isinstance(node.func, cst.Name) and node.args:
@@ -390,12 +389,6 @@ class HostSyncInLoop(Rule):
                     "read the value every N steps instead"
                 )
             self.report(node, message, fix)
-
-
-def _looks_like_module(receiver: cst.BaseExpression) -> bool:
-    name = dotted_name(receiver) or ""
-    last = name.rsplit(".", 1)[-1].lower()
-    return name == "self" or any(part in last for part in ("model", "module", "net", "encoder", "decoder", "layer"))
 
 
 def _is_to_cpu(node: cst.Call) -> bool:
