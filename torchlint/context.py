@@ -458,7 +458,20 @@ class FileContext:
             scope = id(self.function.node) if self.function is not None else 0
             self.facts.dicts[(scope, target)] = entries
 
+    def in_dead_branch(self) -> bool:
+        """Under ``if False:`` (or the ``else`` of ``if True:``): code that cannot run."""
+        stack = self.stack
+        for i in range(len(stack) - 2, -1, -1):
+            node = stack[i]
+            if isinstance(node, cst.If) and isinstance(node.test, cst.Name) and node.test.value in ("True", "False"):
+                child = stack[i + 1]
+                if (node.test.value == "False") == (child is node.body):
+                    return True
+        return False
+
     def _record_dict_update(self, receiver: cst.BaseExpression, call: cst.Call) -> None:
+        if self.in_dead_branch():
+            return
         dict_key = self._dict_key(receiver)
         if dict_key is None or dict_key not in self.facts.dicts:
             return
@@ -476,6 +489,8 @@ class FileContext:
                 entries.setdefault(key, []).extend(values)
 
     def _record_dict_item(self, target: cst.Subscript, value: cst.BaseExpression) -> None:
+        if self.in_dead_branch():
+            return
         dict_key = self._dict_key(target.value)
         if dict_key is None or dict_key not in self.facts.dicts or len(target.slice) != 1:
             return
