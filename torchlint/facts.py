@@ -268,6 +268,9 @@ class ModuleFacts:
 
     def is_data_source(self, node: cst.CSTNode) -> bool:
         """Is iterating ``node`` iterating batches?"""
+        if isinstance(node, cst.IfExp):
+            # ``for batch in (dl if streaming else distr_dl)``
+            return self.is_data_source(node.body) or self.is_data_source(node.orelse)
         while isinstance(node, cst.Call):
             name = last_name(node.func)
             if name in _PASS_THROUGH and node.args:

@@ -239,6 +239,10 @@ def device_kind(ctx: "FileContext", expr: cst.BaseExpression) -> Optional[str]:
         qname = ctx.names.qualified_name(expr.func)
         if qname == "torch.device" and expr.args:
             return device_kind(ctx, expr.args[0].value)
+        # ``dist_util.dev()``, ``get_device()``: a helper that hands back the device
+        callee = last_name(expr.func)
+        if not expr.args and callee in ("dev", "device", "get_device", "current_device", "default_device"):
+            return "device"
         return None
     if isinstance(expr, cst.Attribute) and expr.attr.value == "device":
         return "device"  # ``other.device``: wherever another tensor lives
