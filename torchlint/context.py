@@ -58,13 +58,19 @@ class FileContext:
         self.reports: List[Tuple["Rule", cst.CSTNode, str, Optional[Fix]]] = []
         self._recorded_loaders: Dict[int, LoaderInfo] = {}
         self._mentions_availability = "is_available" in source or "device_count" in source
-        # An inference client: the file never names a device and never trains,
-        # so a model fed host tensors runs on the host.
-        self.host_only = _NAMES_A_DEVICE_OR_TRAINS.search(source) is None
+        self._host_only: Optional[bool] = None
         # which names hold batch data, per scope (TL201, TL202, TL206 ask it)
         self.batches = BatchFlow(self)
         # ids of the assignment values being walked: their targets are not bound yet
         self._assigning: set = set()
+
+    @property
+    def host_only(self) -> bool:
+        """An inference client: the file never names a device and never trains,
+        so a model fed host tensors runs on the host. Read once, when asked."""
+        if self._host_only is None:
+            self._host_only = _NAMES_A_DEVICE_OR_TRAINS.search(self.source) is None
+        return self._host_only
 
     # -- for rules -------------------------------------------------------------
     def report(self, rule: "Rule", node: cst.CSTNode, message: str, fix: Optional[Fix] = None) -> None:
