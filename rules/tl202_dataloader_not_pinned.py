@@ -2,7 +2,7 @@ from __future__ import annotations
 
 
 
-from torchlint import project
+from torchlint import crossfile
 from torchlint.facts import LoaderInfo, keyword
 from torchlint.rule import SAFE, UNSAFE, Invalid, Rule, Valid
 
@@ -319,7 +319,7 @@ class DataloaderNotPinned(Rule):
                     self._report(target)
         for loader in unpinned:
             if id(loader) not in flagged:
-                where = project.copied_elsewhere(self.ctx, loader)
+                where = crossfile.copied_elsewhere(self.ctx, loader)
                 if where is not None:
                     flagged.add(id(loader))
                     self._report(loader, where)

@@ -233,13 +233,13 @@ class Site:
                 return found[0], function
             function = function.parent
         # called per batch from another file of the project (``MetricLogger.update``)
-        from torchlint import project
+        from torchlint import crossfile
 
         function = self.function
         while function is not None and function.parent is not None:
             function = function.parent
         if function is not None and function.class_name is not None and self._uses_argument(function):
-            hint = project.hot_from_elsewhere(self.ctx, function)
+            hint = crossfile.hot_from_elsewhere(self.ctx, function)
             if hint is not None:
                 return ForeignLoop(hint), function
         return None, None

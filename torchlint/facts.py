@@ -326,9 +326,9 @@ class ModuleFacts:
             # No call in the module says what the parameter is: a loader that
             # another file of the project passes for it, else a loader of the
             # same name that a builder function of the module makes.
-            from torchlint import project
+            from torchlint import crossfile
 
-            passed = project.loader_passed(self.path, function, dotted)
+            passed = crossfile.loader_passed(self.path, function, dotted)
             if passed is not None:
                 return passed
             built = [l for l in self.loaders if l.target == dotted and l.function is not None]
