@@ -7,7 +7,7 @@ walker calls before any rule sees the node.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -82,6 +82,27 @@ class FileContext:
 
     def qualified_name(self, node: cst.CSTNode) -> Optional[str]:
         return self.names.qualified_name(node)
+
+    def facts_batch_caller(
+        self,
+        function: FunctionInfo,
+        callers: Optional[Set[str]] = None,
+        is_batch_loop: Optional[Callable[[LoopInfo], bool]] = None,
+    ) -> Optional[LoopInfo]:
+        """A batch loop that calls ``function`` (perhaps through other module
+        functions) at a site that runs every iteration. Exact after the walk.
+        ``callers`` and ``is_batch_loop`` replace the defaults (every module
+        function reaching ``function``; ``LoopInfo.is_batch_loop``). Rules
+        that need no variation ask ``Site.batch_context()`` instead."""
+        callers = self.facts.callers_of(function) if callers is None else callers
+        for loop in self.facts.loops.values():
+            if loop.function is function or not (loop.is_batch_loop if is_batch_loop is None else is_batch_loop(loop)):
+                continue
+            for name in callers & loop.calls:
+                for site in loop.call_sites.get(name, ()):
+                    if not site.in_exception_path() and not site.under_periodic_guard(within=loop):
+                        return loop
+        return None
 
     def torch_below(self, major: int, minor: int = 0) -> bool:
         """Does the project target a torch older than major.minor? False if unknown."""
