@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+from typing import List, Optional, Tuple, Union
 
 import libcst as cst
 
@@ -279,7 +279,8 @@ class HostSyncInLoop(Rule):
 
     def __init__(self, ctx, options) -> None:
         super().__init__(ctx, options)
-        self.candidates: List[Tuple[Site, cst.CSTNode, str, Optional[Fix], bool]] = []
+        # (site, node, what, fix, result discarded, parameter whose callers must pass a tensor)
+        self.candidates: List[Tuple[Site, cst.CSTNode, str, Optional[Fix], bool, Optional[str]]] = []
 
     # -- collecting candidates while walking -----------------------------------
     def visit_Call(self, node: cst.Call) -> None:
@@ -303,14 +304,20 @@ class HostSyncInLoop(Rule):
             return
         if isinstance(node.func, cst.Name) and node.args:
             func = node.func.value
-            if func in _CONVERSIONS and len(node.args) == 1 and self._is_device_value(node.args[0].value):
-                self._candidate(node, f"`{func}()` of a tensor", None)
-            elif func in _FORMATTERS and any(self._is_device_value(a.value) for a in node.args if not a.keyword):
-                self._candidate(node, f"`{func}()` of a tensor", None)
+            if func in _CONVERSIONS and len(node.args) == 1:
+                evidence = self._is_device_value(node.args[0].value)
+                if evidence:
+                    self._candidate(node, f"`{func}()` of a tensor", None, param=evidence)
+            elif func in _FORMATTERS:
+                evidence = next((e for e in (self._is_device_value(a.value) for a in node.args if not a.keyword) if e), False)
+                if evidence:
+                    self._candidate(node, f"`{func}()` of a tensor", None, param=evidence)
 
     def visit_FormattedStringExpression(self, node: cst.FormattedStringExpression) -> None:
-        if (self.ctx.loop is not None or self.ctx.function is not None) and self._is_device_value(node.expression):
-            self._candidate(node, "formatting a tensor in an f-string", None)
+        if self.ctx.loop is not None or self.ctx.function is not None:
+            evidence = self._is_device_value(node.expression)
+            if evidence:
+                self._candidate(node, "formatting a tensor in an f-string", None, param=evidence)
 
     def visit_If(self, node: cst.If) -> None:
         self._test(node.test, "`if`")
@@ -325,8 +332,9 @@ class HostSyncInLoop(Rule):
         if self.ctx.loop is None and self.ctx.function is None:
             return
         for part in _boolean_parts(test):
-            if self._is_device_value(part):
-                self._candidate(part, f"{keyword} on a tensor", None)
+            evidence = self._is_device_value(part)
+            if evidence:
+                self._candidate(part, f"{keyword} on a tensor", None, param=evidence)
                 return
 
     def _used_as_module(self, node: cst.CSTNode) -> bool:
@@ -337,15 +345,32 @@ class HostSyncInLoop(Rule):
     def _result_discarded(self, node: cst.CSTNode) -> bool:
         return len(self.ctx.stack) > 1 and self.ctx.stack[-1] is node and isinstance(self.ctx.stack[-2], cst.Expr)
 
-    def _is_device_value(self, expr: cst.BaseExpression) -> bool:
-        return tensor_evidence(self.ctx, expr) is True and not lives_on_host(self.ctx, expr)
+    def _is_device_value(self, expr: cst.BaseExpression) -> Union[bool, str]:
+        """True for a device tensor; the parameter's name for a parameter the
+        function's callers may pass a tensor for (decided after the walk,
+        when every call is known); else False."""
+        evidence = tensor_evidence(self.ctx, expr)
+        if evidence is True:
+            return not lives_on_host(self.ctx, expr)
+        function = self.ctx.function
+        if (
+            evidence is None
+            and function is not None
+            and isinstance(expr, cst.Name)
+            and expr.value in function.params
+            and self.ctx.value_of(expr.value) is None
+        ):
+            return expr.value
+        return False
 
-    def _candidate(self, node: cst.CSTNode, what: str, fix: Optional[Fix], discardable: bool = False) -> None:
+    def _candidate(
+        self, node: cst.CSTNode, what: str, fix: Optional[Fix], discardable: bool = False, param: Union[bool, str] = True
+    ) -> None:
         site = self.ctx.site()
         if self.ctx.stack[-1] is not node:
             site = Site(self.ctx, site.stack + (node,), site.function, site.loop)
         discarded = discardable and isinstance(site.parent, cst.Expr)
-        self.candidates.append((site, node, what, fix, discarded))
+        self.candidates.append((site, node, what, fix, discarded, param if isinstance(param, str) else None))
 
     def _accumulate_fix(self, call: cst.Call) -> Optional[Fix]:
         """``total += loss.item()`` -> ``total += loss.detach()`` (display-only)."""
@@ -367,9 +392,11 @@ class HostSyncInLoop(Rule):
 
     # -- deciding, once the module's loops and calls are known -------------------
     def finish(self) -> None:
-        for site, node, what, fix, discarded in self.candidates:
+        for site, node, what, fix, discarded, param in self.candidates:
             if site.in_exception_path():
                 continue
+            if param is not None and not self.ctx.facts.param_receives_tensor(site.function, param):
+                continue  # a parameter no caller in the module passes a tensor for
             loop, helper = site.batch_context()
             if loop is None:
                 # a generation or other non-batch loop: only a read nobody uses is worth a word

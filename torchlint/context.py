@@ -234,8 +234,13 @@ class FileContext:
             if callee == "next" and self.loop is not None and node.args and self.facts.is_data_source(node.args[0].value):
                 self.loop.pulls_batches = True
             if node.args and callee not in _BUILTIN_CALLS:
+                tensors = {
+                    id(arg.value)
+                    for arg in node.args
+                    if isinstance(arg.value, cst.Name) and not arg.star and tensor_evidence(self, arg.value) is True
+                }
                 self.facts.call_records.append(
-                    CallRecord(callee, node, function, self._argument_loaders(node), method=method)
+                    CallRecord(callee, node, function, self._argument_loaders(node), method=method, tensors=tensors)
                 )
         if id(node) not in self._recorded_loaders and is_dataloader_call(self.names, node):
             self._record_loader(node, None)

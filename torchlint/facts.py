@@ -336,6 +336,19 @@ class ModuleFacts:
         module_level = [l for l in self.loaders if l.target == dotted and l.function is None]
         return module_level[-1] if module_level else None
 
+    def param_receives_tensor(self, function: Optional[FunctionInfo], param: str) -> bool:
+        """Does a call of ``function`` in this module pass a tensor for
+        ``param`` (``log_metrics(step, loss)`` with ``loss`` a model's loss)?"""
+        if function is None:
+            return False
+        for record in self.call_records:
+            if record.callee != function.name or record.imported or not record.tensors:
+                continue
+            value = record.bind(function.params).get(param)
+            if value is not None and id(value) in record.tensors:
+                return True
+        return False
+
     def _bound_by_a_call(self, function: FunctionInfo, param: str) -> bool:
         return any(
             record.callee == function.name and not record.imported and param in record.bind(function.params)
@@ -382,6 +395,8 @@ class CallRecord:
     loaders: Dict[int, LoaderInfo] = field(default_factory=dict)
     method: bool = False  # ``self.fit(...)``: the first parameter is ``self``
     imported: bool = False  # ``engine.fit(...)``: a function of another module
+    # ids of the arguments that are evidently tensors at the call
+    tensors: Set[int] = field(default_factory=set)
 
     def bind(self, params: List[str]) -> Dict[str, cst.BaseExpression]:
         """Parameter name -> argument expression, positional and keyword alike
