@@ -1,14 +1,12 @@
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Set, Tuple
+from typing import List, Optional, Tuple, Union
 
 import libcst as cst
 
 from torchlint.analysis import Site
-from torchlint.context import _steps_optimizer
-from torchlint.names import dotted_name
 from torchlint.rule import DISPLAY_ONLY, Fix, Invalid, Rule, Valid
-from torchlint.tensors import already_on_host, reads_host, tensor_evidence
+from torchlint.tensors import already_on_host, lives_on_host, module_evidence, reads_host, tensor_evidence
 
 _CONVERSIONS = ("float", "int", "bool")
 _MODULE_METHODS = frozenset(
@@ -77,7 +75,8 @@ class HostSyncInLoop(Rule):
     name = "host-sync-in-loop"
     summary = "A host-device synchronization runs on every iteration of a batch loop"
     fix_availability = "sometimes"
-    requires_any = ("for", "while")
+    # No text pre-filter: a helper without loops runs per batch when a loop in
+    # another file of the project calls it.
 
     VALID = [
         Valid("""
@@ -188,6 +187,7 @@ class HostSyncInLoop(Rule):
             """
             import torch as T
             for batch in loader:
+                batch = batch.to(device)
                 loss = model(batch)
                 print(f"loss={loss:.4f}")
             """,
@@ -205,6 +205,7 @@ class HostSyncInLoop(Rule):
         Invalid(
             """
             for batch in loader:
+                batch = batch.to(device)
                 logits = model(batch)
                 preds = logits.argmax(-1).cpu()
             """,
@@ -226,6 +227,7 @@ class HostSyncInLoop(Rule):
         Invalid(
             """
             for batch in loader:
+                batch = batch.to(device)
                 loss = model(batch)
                 value = float(loss)
             """,
@@ -255,6 +257,7 @@ class HostSyncInLoop(Rule):
         Invalid(
             """
             for batch in loader:
+                batch = batch.to(device)
                 out = model(batch)
                 out.tolist()
                 out.cpu().numpy()
@@ -276,23 +279,19 @@ class HostSyncInLoop(Rule):
 
     def __init__(self, ctx, options) -> None:
         super().__init__(ctx, options)
-        self.candidates: List[Tuple[Site, cst.CSTNode, str, Optional[Fix], bool]] = []
-        self.function_call_sites: Dict[int, List[Tuple[str, Site]]] = {}
-        self.steps_per_call: Set[str] = set()
-        self._step_cache: Dict[str, bool] = {}
-        self._batch_cache: Dict[int, bool] = {}
+        # (site, node, what, fix, result discarded, parameter whose callers must pass a tensor)
+        self.candidates: List[Tuple[Site, cst.CSTNode, str, Optional[Fix], bool, Optional[str]]] = []
 
     # -- collecting candidates while walking -----------------------------------
     def visit_Call(self, node: cst.Call) -> None:
         if self.ctx.loop is None and self.ctx.function is None:
             return
-        self._record_call(node)
         method = reads_host(node)
         if method is not None:
             receiver = node.func.value  # type: ignore[attr-defined]
-            if already_on_host(receiver) or tensor_evidence(self.ctx, receiver) is False:
-                return
-            if method == "cpu" and (_looks_like_module(receiver) or self._result_discarded(node) or self._used_as_module(node)):
+            if tensor_evidence(self.ctx, receiver) is False or lives_on_host(self.ctx, receiver):
+                return  # not a tensor, or one in host memory: nothing to wait for
+            if method == "cpu" and (module_evidence(self.ctx, receiver) or self._result_discarded(node) or self._used_as_module(node)):
                 return  # a discarded `.cpu()` result is a module moved in place
             self._candidate(node, f"`.{method}()`", self._accumulate_fix(node), discardable=True)
             return
@@ -300,19 +299,25 @@ class HostSyncInLoop(Rule):
             receiver = node.func.value  # type: ignore[attr-defined]
             if self._result_discarded(node):
                 return  # `component.to("cpu")` as a statement moves a module
-            if not already_on_host(receiver) and not _looks_like_module(receiver) and tensor_evidence(self.ctx, receiver) is not False:
+            if not already_on_host(receiver) and not module_evidence(self.ctx, receiver) and tensor_evidence(self.ctx, receiver) is not False:
                 self._candidate(node, '`.to("cpu")`', None, discardable=True)
             return
         if isinstance(node.func, cst.Name) and node.args:
             func = node.func.value
-            if func in _CONVERSIONS and len(node.args) == 1 and self._is_device_value(node.args[0].value):
-                self._candidate(node, f"`{func}()` of a tensor", None)
-            elif func in _FORMATTERS and any(self._is_device_value(a.value) for a in node.args if not a.keyword):
-                self._candidate(node, f"`{func}()` of a tensor", None)
+            if func in _CONVERSIONS and len(node.args) == 1:
+                evidence = self._is_device_value(node.args[0].value)
+                if evidence:
+                    self._candidate(node, f"`{func}()` of a tensor", None, param=evidence)
+            elif func in _FORMATTERS:
+                evidence = next((e for e in (self._is_device_value(a.value) for a in node.args if not a.keyword) if e), False)
+                if evidence:
+                    self._candidate(node, f"`{func}()` of a tensor", None, param=evidence)
 
     def visit_FormattedStringExpression(self, node: cst.FormattedStringExpression) -> None:
-        if (self.ctx.loop is not None or self.ctx.function is not None) and self._is_device_value(node.expression):
-            self._candidate(node, "formatting a tensor in an f-string", None)
+        if self.ctx.loop is not None or self.ctx.function is not None:
+            evidence = self._is_device_value(node.expression)
+            if evidence:
+                self._candidate(node, "formatting a tensor in an f-string", None, param=evidence)
 
     def visit_If(self, node: cst.If) -> None:
         self._test(node.test, "`if`")
@@ -327,8 +332,9 @@ class HostSyncInLoop(Rule):
         if self.ctx.loop is None and self.ctx.function is None:
             return
         for part in _boolean_parts(test):
-            if self._is_device_value(part):
-                self._candidate(part, f"{keyword} on a tensor", None)
+            evidence = self._is_device_value(part)
+            if evidence:
+                self._candidate(part, f"{keyword} on a tensor", None, param=evidence)
                 return
 
     def _used_as_module(self, node: cst.CSTNode) -> bool:
@@ -339,15 +345,32 @@ class HostSyncInLoop(Rule):
     def _result_discarded(self, node: cst.CSTNode) -> bool:
         return len(self.ctx.stack) > 1 and self.ctx.stack[-1] is node and isinstance(self.ctx.stack[-2], cst.Expr)
 
-    def _is_device_value(self, expr: cst.BaseExpression) -> bool:
-        return not already_on_host(expr) and tensor_evidence(self.ctx, expr) is True
+    def _is_device_value(self, expr: cst.BaseExpression) -> Union[bool, str]:
+        """True for a device tensor; the parameter's name for a parameter the
+        function's callers may pass a tensor for (decided after the walk,
+        when every call is known); else False."""
+        evidence = tensor_evidence(self.ctx, expr)
+        if evidence is True:
+            return not lives_on_host(self.ctx, expr)
+        function = self.ctx.function
+        if (
+            evidence is None
+            and function is not None
+            and isinstance(expr, cst.Name)
+            and expr.value in function.params
+            and self.ctx.value_of(expr.value) is None
+        ):
+            return expr.value
+        return False
 
-    def _candidate(self, node: cst.CSTNode, what: str, fix: Optional[Fix], discardable: bool = False) -> None:
+    def _candidate(
+        self, node: cst.CSTNode, what: str, fix: Optional[Fix], discardable: bool = False, param: Union[bool, str] = True
+    ) -> None:
         site = self.ctx.site()
         if self.ctx.stack[-1] is not node:
             site = Site(self.ctx, site.stack + (node,), site.function, site.loop)
         discarded = discardable and isinstance(site.parent, cst.Expr)
-        self.candidates.append((site, node, what, fix, discarded))
+        self.candidates.append((site, node, what, fix, discarded, param if isinstance(param, str) else None))
 
     def _accumulate_fix(self, call: cst.Call) -> Optional[Fix]:
         """``total += loss.item()`` -> ``total += loss.detach()`` (display-only)."""
@@ -367,116 +390,19 @@ class HostSyncInLoop(Rule):
             self.ctx.replace(call, replacement),
         )
 
-    def _record_call(self, node: cst.Call) -> None:
-        """Call sites per function, and functions that take an optimizer step
-        or run backward outside their own loops (once per call: a train step)."""
-        function = self.ctx.function
-        if function is None:
-            return
-        func = node.func
-        callee = None
-        if isinstance(func, cst.Name):
-            callee = func.value
-        elif isinstance(func, cst.Attribute):
-            if isinstance(func.value, cst.Name) and func.value.value in ("self", "cls"):
-                callee = func.attr.value
-            if self.ctx.loop is None and _is_step_call(func):
-                self.steps_per_call.add(function.name)
-        if callee is not None:
-            self.function_call_sites.setdefault(id(function), []).append((callee, self.ctx.site()))
-
-    # -- which loops run once per batch ----------------------------------------------
-    def _steps_per_call(self, name: str, seen=None) -> bool:
-        """Does calling this module function run one training step (backward or
-        optimizer step outside its own loops, directly or through such calls)?"""
-        cached = self._step_cache.get(name)
-        if cached is not None:
-            return cached
-        seen = set() if seen is None else seen
-        if name in seen:
-            return False
-        seen.add(name)
-        result = name in self.steps_per_call
-        if not result:
-            for info in self.ctx.facts.functions.get(name, ()):
-                for callee, site in self.function_call_sites.get(id(info), ()):
-                    if site.loop is None and callee != name and self._steps_per_call(callee, seen):
-                        result = True
-                        break
-                if result:
-                    break
-        self._step_cache[name] = result
-        return result
-
-    def _per_batch(self, loop) -> bool:
-        """The loop runs once per batch: it iterates a data source, pulls batches,
-        trains in its own body, or calls a function that runs one training step.
-        A loop that only calls a function which loops over the data itself (an
-        epoch loop calling ``train_one_epoch``) is not one."""
-        cached = self._batch_cache.get(id(loop))
-        if cached is None:
-            if isinstance(loop.node, cst.For) and isinstance(loop.node.iter, (cst.List, cst.Tuple, cst.Set)):
-                cached = False  # `for mode in [A, B]`: a sweep over settings, not over batches
-            else:
-                cached = bool(
-                    loop.iterates_data or loop.trains or loop.pulls_batches or any(self._steps_per_call(c) for c in loop.calls)
-                )
-            self._batch_cache[id(loop)] = cached
-        return cached
-
-    def _is_generation(self, loop) -> bool:
-        if isinstance(loop.node, cst.While):
-            return True
-        iterable = loop.node.iter
-        return isinstance(iterable, cst.Call) and dotted_name(iterable.func) in ("range", "trange", "tqdm.trange")
-
-    def _functions_run_per_batch(self):
-        """Module functions called once per batch or more: from a batch loop's body,
-        or from such a function, at call sites that are neither under a periodic
-        guard nor on an exception path. Maps id(FunctionInfo) -> (loop, function)."""
-        reached = {}
-        frontier = []
-        for loop in self.ctx.facts.loops.values():
-            if not self._per_batch(loop):
-                continue
-            for callee, sites in loop.call_sites.items():
-                if any(not s.in_exception_path() and not s.under_periodic_guard(within=loop) for s in sites):
-                    frontier.append((callee, loop))
-        while frontier:
-            callee, loop = frontier.pop()
-            for info in self.ctx.facts.functions.get(callee, ()):
-                if id(info) in reached or info is loop.function:
-                    continue
-                reached[id(info)] = (loop, info)
-                for inner, site in self.function_call_sites.get(id(info), ()):
-                    if not site.in_exception_path() and not site.under_periodic_guard(within=None):
-                        frontier.append((inner, loop))
-        return reached
-
     # -- deciding, once the module's loops and calls are known -------------------
     def finish(self) -> None:
-        reached = None
-        for site, node, what, fix, discarded in self.candidates:
+        for site, node, what, fix, discarded, param in self.candidates:
             if site.in_exception_path():
                 continue
-            loops = site.loops()
-            loop = next((l for l in loops if self._per_batch(l)), None)
-            helper = None
-            if loop is None and any(self._is_generation(l) for l in loops):
-                if discarded:
+            if param is not None and not self.ctx.facts.param_receives_tensor(site.function, param):
+                continue  # a parameter no caller in the module passes a tensor for
+            loop, helper = site.batch_context()
+            if loop is None:
+                # a generation or other non-batch loop: only a read nobody uses is worth a word
+                if discarded and site.loop is not None:
                     self.report(node, f"{what} forces a host-device sync on every iteration, and its result is discarded")
                 continue
-            if loop is None:
-                if reached is None:
-                    reached = self._functions_run_per_batch()
-                function = site.function
-                while function is not None and id(function) not in reached:
-                    function = function.parent
-                if function is None:
-                    if discarded and site.loop is not None:
-                        self.report(node, f"{what} forces a host-device sync on every iteration, and its result is discarded")
-                    continue
-                loop, helper = reached[id(function)]
             if site.under_periodic_guard(within=loop if helper is None else None):
                 continue
             if helper is None:
@@ -490,19 +416,6 @@ class HostSyncInLoop(Rule):
                     "read the value every N steps instead"
                 )
             self.report(node, message, fix)
-
-
-def _is_step_call(func: cst.Attribute) -> bool:
-    attr = func.attr.value
-    if attr == "backward":
-        return True
-    return attr == "step" and _steps_optimizer(func.value)
-
-
-def _looks_like_module(receiver: cst.BaseExpression) -> bool:
-    name = dotted_name(receiver) or ""
-    last = name.rsplit(".", 1)[-1].lower()
-    return name == "self" or any(part in last for part in ("model", "module", "net", "encoder", "decoder", "layer"))
 
 
 def _is_to_cpu(node: cst.Call) -> bool:

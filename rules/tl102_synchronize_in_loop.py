@@ -354,7 +354,7 @@ class SynchronizeInLoop(Rule):
             if site.in_exception_path() or self._timing(site) or _under_diagnostic_guard(site):
                 continue
             loop, helper = site.batch_context()
-            if loop is None or not _runs_per_batch(loop):
+            if loop is None:
                 continue
             if id(loop) in self.timing_loops:
                 continue
@@ -382,13 +382,6 @@ class SynchronizeInLoop(Rule):
                 return True
             function = function.parent
         return False
-
-
-def _runs_per_batch(loop: LoopInfo) -> bool:
-    """The loop itself iterates batches or trains. An epoch loop that calls a
-    training function is a batch loop to the engine, but a sync in its body
-    runs once per epoch."""
-    return loop.iterates_data or loop.trains or loop.pulls_batches
 
 
 def _is_stream_like(ctx, expr: cst.BaseExpression) -> bool:

@@ -1,39 +1,18 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import List, Optional, Tuple
 
 import libcst as cst
 
 from torchlint.analysis import Site, mentions_cuda_availability
+from torchlint.batches import Origin
 from torchlint.facts import LoaderInfo, keyword
 from torchlint.names import dotted_name, last_name
 from torchlint.rule import SAFE, UNSAFE, Invalid, Option, Rule, Valid
 
 # A name that holds a device: `device`, `args.device`, `self.dev`, `local_rank`, `x.device`.
 _DEVICE_NAME = re.compile(r"(?i)(^|_)(device|dev|gpu|cuda|rank|local_rank|gpu_id|device_id)s?$|^device")
-# Methods that return a view of the same storage: a view of pinned memory is pinned.
-_VIEW_METHODS = frozenset(
-    {"view", "squeeze", "unsqueeze", "permute", "transpose", "narrow", "select", "expand", "t", "detach", "unflatten"}
-)
-# Calls that hand back a loader whose batches the framework already moved to the device.
-_FRAMEWORK_PLACES = frozenset({"prepare", "prepare_data_loader", "setup_dataloaders", "DeviceDataLoader"})
-
-
-@dataclass(frozen=True)
-class _Origin:
-    """Where batch data came from: ``kind`` is "loop" (``for batch in SRC``),
-    "next" (``batch = next(SRC)``) or "pinned" (a ``.pin_memory()`` result)."""
-
-    kind: str
-    source: Optional[cst.BaseExpression] = None
-    loop_node: Optional[cst.CSTNode] = None
-
-
-_PINNED = _Origin("pinned")
-
-
 class BlockingHostToDeviceCopy(Rule):
     """## What it does
     Flags `.to(device)`, `.to("cuda")`, `.to(device, dtype)` and `.cuda()` on
@@ -373,117 +352,7 @@ class BlockingHostToDeviceCopy(Rule):
 
     def __init__(self, ctx, options) -> None:
         super().__init__(ctx, options)
-        # Per function scope: name -> where its batch data came from.
-        self.scopes: List[Dict[str, _Origin]] = [{}]
-        self.placed_by_framework: set = set()
-        self.candidates: List[Tuple[Site, cst.Call, _Origin]] = []
-
-    # -- scopes --------------------------------------------------------------------
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self.scopes.append({})
-
-    def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self.scopes.pop()
-
-    @property
-    def derived(self) -> Dict[str, _Origin]:
-        return self.scopes[-1]
-
-    # -- where batch data comes from --------------------------------------------
-    def visit_For(self, node: cst.For) -> None:
-        origin = self._iteration_origin(node.iter, node)
-        if origin is not None:
-            for name in _target_names(node.target):
-                self.derived[name] = origin
-
-    def _comprehension(self, node) -> None:
-        # The element is visited before the `for` clause, so bind its targets first.
-        clause = node.for_in
-        while clause is not None:
-            origin = self._origin_of(clause.iter)
-            if origin is None and isinstance(clause.iter, cst.Call) and isinstance(clause.iter.func, cst.Attribute):
-                if clause.iter.func.attr.value in ("items", "values"):
-                    origin = self._origin_of(clause.iter.func.value)
-            if origin is not None:
-                for name in _target_names(clause.target):
-                    self.derived[name] = origin
-            clause = clause.inner_for_in
-
-    visit_DictComp = _comprehension
-    visit_ListComp = _comprehension
-    visit_SetComp = _comprehension
-    visit_GeneratorExp = _comprehension
-
-    def leave_Assign(self, node: cst.Assign) -> None:
-        # On leave: a copy in the value (`x = x.to(device)`) still sees the old binding.
-        value = node.value
-        origin = self._assigned_origin(value)
-        if isinstance(value, cst.Call) and last_name(value.func) in _FRAMEWORK_PLACES:
-            for target in node.targets:
-                self.placed_by_framework.update(_target_names(target.target))
-        for target in node.targets:
-            for name in _target_names(target.target):
-                if origin is not None:
-                    self.derived[name] = origin
-                else:
-                    self.derived.pop(name, None)
-
-    def _iteration_origin(self, iterable: cst.BaseExpression, loop_node: cst.CSTNode) -> Optional[_Origin]:
-        inner = _unwrap_pass_through(iterable)
-        if dotted_name(inner) in self.placed_by_framework:
-            return None
-        if self.ctx.facts.is_data_source(iterable):
-            return _Origin("loop", inner, loop_node)
-        origin = self._origin_of(inner)
-        if origin is None and isinstance(inner, cst.Call) and isinstance(inner.func, cst.Attribute):
-            if inner.func.attr.value in ("items", "values"):
-                origin = self._origin_of(inner.func.value)
-        return origin
-
-    def _assigned_origin(self, value: cst.BaseExpression) -> Optional[_Origin]:
-        if isinstance(value, cst.Call):
-            func = value.func
-            if isinstance(func, cst.Name) and func.value == "next" and value.args:
-                source = value.args[0].value
-                if self.ctx.facts.is_data_source(source):
-                    return _Origin("next", self._resolve_iter(source))
-                return None
-            if isinstance(func, cst.Attribute) and func.attr.value == "pin_memory" and not value.args:
-                return _PINNED
-        if isinstance(value, (cst.Tuple, cst.List)):
-            for element in value.elements:
-                origin = self._origin_of(element.value)
-                if origin is not None:
-                    return origin
-            return None
-        return self._origin_of(value)
-
-    def _origin_of(self, expr: cst.BaseExpression) -> Optional[_Origin]:
-        """The batch origin of a Name/Attribute/Subscript chain (through view methods)."""
-        node = expr
-        while True:
-            if isinstance(node, cst.Subscript):
-                node = node.value
-            elif isinstance(node, cst.Attribute):
-                node = node.value
-            elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
-                method = node.func.attr.value
-                if method == "pin_memory" and not node.args:
-                    return _PINNED
-                if method not in _VIEW_METHODS:
-                    return None
-                node = node.func.value
-            elif isinstance(node, cst.Name):
-                return self.derived.get(node.value)
-            else:
-                return None
-
-    def _resolve_iter(self, source: cst.BaseExpression) -> cst.BaseExpression:
-        """``data_iter`` assigned from ``iter(loader)`` -> ``loader``."""
-        value = self.ctx.value_of(dotted_name(source))
-        if isinstance(value, cst.Call) and last_name(value.func) == "iter" and value.args:
-            return value.args[0].value
-        return _unwrap_pass_through(source)
+        self.candidates: List[Tuple[Site, cst.Call, Origin]] = []
 
     # -- the copies ---------------------------------------------------------------
     def visit_Call(self, node: cst.Call) -> None:
@@ -492,9 +361,9 @@ class BlockingHostToDeviceCopy(Rule):
             return
         if not self._copies_to_device(node):
             return
-        origin = self._origin_of(func.value)
-        if origin is None:
-            return
+        origin = self.ctx.batches.origin_of(func.value)
+        if origin is None or origin.cast:
+            return  # a cast made a new tensor in pageable memory
         if origin.kind == "loop" and not any(a is origin.loop_node for a in self.ctx.stack):
             return  # after the loop: the last batch, once
         if origin.kind == "next" and self.ctx.loop is None:
@@ -571,24 +440,25 @@ class BlockingHostToDeviceCopy(Rule):
             fix = self.ctx.fix(applicability, "Add `non_blocking=True`", _add_non_blocking(self.ctx, call))
             self.report(call, message, fix)
 
-    def _pinned(self, origin: _Origin) -> Tuple[Optional[bool], str]:
+    def _pinned(self, origin: Origin) -> Tuple[Optional[bool], str]:
         if origin.kind == "pinned":
             return True, "a `.pin_memory()` tensor"
         if origin.source is None:
             return None, ""
-        loader = self.ctx.facts.loader_for(origin.source)
+        loader = self.ctx.facts.loader_for(origin.source, origin.function)
         if loader is None:
             return None, ""
         if loader.pinned is None and self._pinned_when_on_cuda(loader):
             return True, "a DataLoader with `pin_memory` on whenever CUDA is"
         if loader.pinned:
-            return True, "a DataLoader with `pin_memory=True`"
+            built = f" built in {loader.where}" if loader.where else ""
+            return True, f"a DataLoader with `pin_memory=True`{built}"
         return loader.pinned, ""
 
     def _pinned_when_on_cuda(self, loader: LoaderInfo) -> bool:
         """``pin_memory=torch.cuda.is_available()`` / ``pin_memory=use_cuda``: pinned
         whenever a copy to CUDA can happen at all."""
-        arg = keyword(loader.call, "pin_memory")
+        arg = keyword(loader.call, "pin_memory") if loader.call is not None else None
         if arg is None:
             return False
         if mentions_cuda_availability(self.ctx, arg.value):
@@ -602,25 +472,6 @@ def _add_non_blocking(ctx, call: cst.Call):
         last = call.args[-1]
         return ctx.replace(last.value, f"{ctx.code_for(last.value)}, non_blocking=True")
     return ctx.replace(call, call.with_changes(args=[cst.Arg(keyword=cst.Name("non_blocking"), value=cst.Name("True"), equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")))]))
-
-
-def _target_names(target: cst.BaseExpression) -> List[str]:
-    if isinstance(target, cst.Name):
-        return [target.value]
-    if isinstance(target, (cst.Tuple, cst.List)):
-        names: List[str] = []
-        for element in target.elements:
-            names.extend(_target_names(element.value))
-        return names
-    if isinstance(target, cst.StarredElement):
-        return _target_names(target.value)
-    return []
-
-
-def _unwrap_pass_through(node: cst.BaseExpression) -> cst.BaseExpression:
-    while isinstance(node, cst.Call) and last_name(node.func) in ("enumerate", "tqdm", "iter", "islice", "progress", "track") and node.args:
-        node = node.args[0].value
-    return node
 
 
 def _is_bool_literal(node: cst.BaseExpression) -> bool:

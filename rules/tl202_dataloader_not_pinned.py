@@ -1,29 +1,10 @@
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Dict, List, Optional
 
-import libcst as cst
 
+from torchlint import crossfile
 from torchlint.facts import LoaderInfo, keyword
-from torchlint.names import dotted_name, last_name
 from torchlint.rule import SAFE, UNSAFE, Invalid, Rule, Valid
-from torchlint.tensors import device_move
-
-# Methods that hand back the same batch data (or a view of it).
-_PASS_METHODS = frozenset({"view", "squeeze", "unsqueeze", "permute", "transpose", "float", "half", "long", "int", "contiguous", "get"})
-_PASS_THROUGH = ("enumerate", "tqdm", "iter", "islice", "progress", "track", "zip")
-# Calls that hand back a loader whose batches a framework places on the device.
-_FRAMEWORK_PLACES = frozenset({"prepare", "prepare_data_loader", "setup_dataloaders", "DeviceDataLoader"})
-
-
-@dataclass(frozen=True)
-class _Batches:
-    """Batch data: from iterating ``source`` in ``loop`` (or ``next(source)``)."""
-
-    source: cst.BaseExpression
-    loop: Optional[cst.CSTNode]
-
 
 class DataloaderNotPinned(Rule):
     """## What it does
@@ -318,102 +299,14 @@ class DataloaderNotPinned(Rule):
         ),
     ]
 
-    def __init__(self, ctx, options) -> None:
-        super().__init__(ctx, options)
-        self.scopes: List[Dict[str, _Batches]] = [{}]
-        self.placed_by_framework: set = set()
-        self.copied_sources: List[cst.BaseExpression] = []
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self.scopes.append({})
-
-    def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self.scopes.pop()
-
-    def visit_For(self, node: cst.For) -> None:
-        source = _unwrap(node.iter)
-        if self.ctx.facts.is_data_source(node.iter) and dotted_name(source) not in self.placed_by_framework:
-            for name in _target_names(node.target):
-                self.scopes[-1][name] = _Batches(source, node)
-        else:
-            batches = self._batches_of(source)
-            if batches is None and isinstance(source, cst.Call) and last_name(source.func) in ("items", "values"):
-                batches = self._batches_of(source.func.value)  # type: ignore[attr-defined]
-            if batches is not None:
-                for name in _target_names(node.target):
-                    self.scopes[-1][name] = batches
-
-    def _comprehension(self, node) -> None:
-        clause = node.for_in
-        while clause is not None:
-            iterable = clause.iter
-            if isinstance(iterable, cst.Call) and last_name(iterable.func) in ("items", "values"):
-                iterable = iterable.func.value
-            batches = self._batches_of(iterable)
-            if batches is not None:
-                for name in _target_names(clause.target):
-                    self.scopes[-1][name] = batches
-            clause = clause.inner_for_in
-
-    visit_DictComp = _comprehension
-    visit_ListComp = _comprehension
-    visit_GeneratorExp = _comprehension
-
-    def leave_Assign(self, node: cst.Assign) -> None:
-        value = node.value
-        batches: Optional[_Batches] = None
-        if isinstance(value, cst.Call) and last_name(value.func) in _FRAMEWORK_PLACES:
-            for target in node.targets:
-                self.placed_by_framework.update(_target_names(target.target))
-        if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value == "next" and value.args:
-            source = value.args[0].value
-            if self.ctx.facts.is_data_source(source):
-                inner = self.ctx.value_of(dotted_name(source))
-                if isinstance(inner, cst.Call) and last_name(inner.func) == "iter" and inner.args:
-                    source = inner.args[0].value
-                batches = _Batches(_unwrap(source), None)
-        elif isinstance(value, (cst.Tuple, cst.List)):
-            for element in value.elements:
-                batches = batches or self._batches_of(element.value)
-        else:
-            batches = self._batches_of(value)
-        for target in node.targets:
-            for name in _target_names(target.target):
-                if batches is not None:
-                    self.scopes[-1][name] = batches
-                else:
-                    self.scopes[-1].pop(name, None)
-
-    def _batches_of(self, expr: cst.BaseExpression) -> Optional[_Batches]:
-        node = expr
-        while True:
-            if isinstance(node, (cst.Subscript, cst.Attribute)):
-                node = node.value
-            elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in _PASS_METHODS:
-                node = node.func.value
-            elif isinstance(node, cst.Name):
-                return self.scopes[-1].get(node.value)
-            else:
-                return None
-
-    def visit_Call(self, node: cst.Call) -> None:
-        if device_move(self.ctx, node) != "device":
-            return
-        batches = self._batches_of(node.func.value)  # type: ignore[attr-defined]
-        if batches is None:
-            return
-        if batches.loop is not None and not any(a is batches.loop for a in self.ctx.stack):
-            return  # after the loop: the last batch, once
-        self.copied_sources.append(batches.source)
-
     def finish(self) -> None:
         unpinned = [l for l in self.ctx.facts.loaders if l.pinned is False and not self._handed_to_framework(l)]
         if not unpinned:
             return
         any_pinned = any(l.pinned is not False for l in self.ctx.facts.loaders)
         flagged = set()
-        for source in self.copied_sources:
-            loader = self.ctx.facts.loader_for(source)
+        for origin in self.ctx.facts.batch_copies:
+            loader = self.ctx.facts.loader_for(origin.source, origin.function)
             if loader is not None:
                 targets = [loader] if loader.pinned is False and loader in unpinned else []
             elif not any_pinned:
@@ -424,15 +317,21 @@ class DataloaderNotPinned(Rule):
                 if id(target) not in flagged:
                     flagged.add(id(target))
                     self._report(target)
+        for loader in unpinned:
+            if id(loader) not in flagged:
+                where = crossfile.copied_elsewhere(self.ctx, loader)
+                if where is not None:
+                    flagged.add(id(loader))
+                    self._report(loader, where)
 
     def _handed_to_framework(self, loader: LoaderInfo) -> bool:
-        return loader.target is not None and loader.target in self.placed_by_framework
+        return loader.target is not None and loader.target in self.ctx.batches.placed_by_framework
 
-    def _report(self, loader: LoaderInfo) -> None:
+    def _report(self, loader: LoaderInfo, where: str = "this module") -> None:
         call = loader.call
         arg = keyword(call, "pin_memory")
         message = (
-            "this DataLoader's batches are copied to the GPU in this module, but it does not use pinned memory"
+            f"this DataLoader's batches are copied to the GPU in {where}, but it does not use pinned memory"
             " (`pin_memory=True`), so every copy is a blocking copy from pageable memory"
         )
         fix = None
@@ -446,22 +345,3 @@ class DataloaderNotPinned(Rule):
                 edit = self.ctx.replace(call, f"{self.ctx.code_for(call.func)}(pin_memory=True)")
             fix = self.ctx.fix(SAFE, "Add `pin_memory=True`", edit)
         self.report(call, message, fix)
-
-
-def _unwrap(node: cst.BaseExpression) -> cst.BaseExpression:
-    while isinstance(node, cst.Call) and last_name(node.func) in _PASS_THROUGH and node.args:
-        node = node.args[0].value
-    return node
-
-
-def _target_names(target: cst.BaseExpression) -> List[str]:
-    if isinstance(target, cst.Name):
-        return [target.value]
-    if isinstance(target, (cst.Tuple, cst.List)):
-        names: List[str] = []
-        for element in target.elements:
-            names.extend(_target_names(element.value))
-        return names
-    if isinstance(target, cst.StarredElement):
-        return _target_names(target.value)
-    return []

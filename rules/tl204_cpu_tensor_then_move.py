@@ -1,18 +1,19 @@
 from __future__ import annotations
 
-from typing import Optional
+from typing import List, Optional, Tuple
 
 import libcst as cst
 
+from torchlint.analysis import Site
 from torchlint.facts import keyword
-from torchlint.rule import SAFE, UNSAFE, Invalid, Rule, Valid
+from torchlint.rule import SAFE, UNSAFE, Fix, Invalid, Rule, Valid
 from torchlint.tensors import device_move
 
 # Factories that take ``device=`` and return the same values wherever they run.
 _DETERMINISTIC = frozenset(
     "torch." + name
     for name in (
-        "zeros ones empty full arange range linspace logspace eye tensor as_tensor "
+        "zeros ones empty full arange range linspace logspace eye "
         "empty_strided scalar_tensor tril_indices triu_indices"
     ).split()
 )
@@ -20,22 +21,28 @@ _DETERMINISTIC = frozenset(
 _RANDOM = frozenset("torch." + name for name in "rand randn randint randperm".split())
 # The ``*_like`` factories are not listed: they allocate on their input's
 # device, which is usually the device already (``zeros_like(latents).to(device, dtype)``).
+# Nor are ``torch.tensor``/``as_tensor``: their data is on the host either way,
+# so ``device=`` still copies it over and saves nothing.
 
 
 class CpuTensorThenMove(Rule):
     """## What it does
     Flags a tensor made by a factory function on the CPU and then copied to
-    a device: `torch.zeros(n).cuda()`, `torch.randn(n).to(device)`,
-    `torch.tensor(data).to(device)`, `torch.arange(n).to(x.device)` and the
-    like, for the factories that accept `device=` (`zeros`, `ones`, `empty`,
-    `full`, `arange`, `linspace`, `eye`, `tensor`, `as_tensor`, `rand`,
-    `randn`, `randint`, `randperm`, …).
+    a device where it runs once per batch: `torch.zeros(n).cuda()`,
+    `torch.randn(n).to(device)`, `torch.arange(n).to(x.device)` and the like,
+    for the factories that accept `device=` (`zeros`, `ones`, `empty`, `full`,
+    `arange`, `linspace`, `eye`, `rand`, `randn`, `randint`, `randperm`, …).
+    "Once per batch" means in the body of a batch loop, in a helper such a
+    loop calls, or in a module's `forward()`; one-off set-up code is left
+    alone, since one extra copy at start-up costs nothing worth a finding.
 
     Not flagged: factories that already pass `device=`, random factories
     that draw from an explicit `generator=` (a CPU generator is a common way
     to get the same numbers on every device), moves to the CPU, dtype casts,
-    `torch.from_numpy(...)` (which cannot allocate on a device), and the
-    `*_like` factories, which allocate on their input's device.
+    `torch.from_numpy(...)` (which cannot allocate on a device),
+    `torch.tensor(data)`/`torch.as_tensor(data)`, whose data is on the host
+    anyway (passing `device=` still copies it), and the `*_like` factories,
+    which allocate on their input's device.
 
     ## Why is this bad?
     The tensor is allocated and filled on the host, then copied to the device
@@ -47,16 +54,18 @@ class CpuTensorThenMove(Rule):
     ```python
     import torch
 
-    positions = torch.arange(seq_len).to(device)
-    mask = torch.ones(batch_size, seq_len).cuda()
+    for tokens in loader:
+        positions = torch.arange(seq_len).to(device)
+        mask = torch.ones(batch_size, seq_len).cuda()
     ```
 
     Use instead:
     ```python
     import torch
 
-    positions = torch.arange(seq_len, device=device)
-    mask = torch.ones(batch_size, seq_len, device="cuda")
+    for tokens in loader:
+        positions = torch.arange(seq_len, device=device)
+        mask = torch.ones(batch_size, seq_len, device="cuda")
     ```
 
     ## Fix safety
@@ -133,65 +142,92 @@ class CpuTensorThenMove(Rule):
             import numpy as np
             x = np.zeros(3)
         """),
+        # One-off set-up, outside any batch loop: one copy at start-up.
+        Valid("""
+            import torch
+            def build(device):
+                mask = torch.ones(4, 8).cuda()
+                return torch.arange(16).to(device)
+            for batch in loader:
+                train_step(batch)
+        """),
+        # Host data: `device=` would copy it over just the same.
+        Valid("""
+            import torch
+            for batch in loader:
+                lengths = torch.tensor(batch_lengths).cuda()
+                ids = torch.as_tensor(token_ids).to(device)
+        """),
     ]
 
     INVALID = [
         Invalid(
             """
             import torch
-            positions = torch.arange(seq_len).to(device)
+            for batch in loader:
+                positions = torch.arange(seq_len).to(device)
             """,
             fixed="""
             import torch
-            positions = torch.arange(seq_len, device=device)
+            for batch in loader:
+                positions = torch.arange(seq_len, device=device)
             """,
             message="`torch.arange(...)`",
         ),
         Invalid(
             """
             import torch
-            mask = torch.ones(4, 8).cuda()
+            for batch in loader:
+                mask = torch.ones(4, 8).cuda()
             """,
             fixed="""
             import torch
-            mask = torch.ones(4, 8, device="cuda")
+            for batch in loader:
+                mask = torch.ones(4, 8, device="cuda")
             """,
         ),
         Invalid(
             """
             import torch as T
-            labels = T.tensor([1, 2, 3]).to(device=dev, non_blocking=True)
+            for batch in loader:
+                labels = T.ones(3).to(device=dev, non_blocking=True)
             """,
             fixed="""
             import torch as T
-            labels = T.tensor([1, 2, 3], device=dev)
+            for batch in loader:
+                labels = T.ones(3, device=dev)
             """,
         ),
         Invalid(
             """
             from torch import zeros
-            buf = zeros(16, dtype=torch.long).cuda(rank)
+            for batch in loader:
+                buf = zeros(16, dtype=torch.long).cuda(rank)
             """,
             fixed="""
             from torch import zeros
-            buf = zeros(16, dtype=torch.long, device=rank)
+            for batch in loader:
+                buf = zeros(16, dtype=torch.long, device=rank)
             """,
         ),
         Invalid(
             """
             import torch
-            ids = torch.arange(n).to(x.device)
+            for batch in loader:
+                ids = torch.arange(n).to(x.device)
             """,
             fixed="""
             import torch
-            ids = torch.arange(n, device=x.device)
+            for batch in loader:
+                ids = torch.arange(n, device=x.device)
             """,
         ),
         # Random factory: unsafe fix only.
         Invalid(
             """
             import torch
-            noise = torch.randn(2, 3).to(device)
+            for batch in loader:
+                noise = torch.randn(2, 3).to(device)
             """,
             fixed=None,
             message="random",
@@ -199,11 +235,13 @@ class CpuTensorThenMove(Rule):
         Invalid(
             """
             import torch
-            noise = torch.randn(2, 3).to(device)
+            for batch in loader:
+                noise = torch.randn(2, 3).to(device)
             """,
             fixed="""
             import torch
-            noise = torch.randn(2, 3, device=device)
+            for batch in loader:
+                noise = torch.randn(2, 3, device=device)
             """,
             unsafe_fixes=True,
         ),
@@ -211,7 +249,8 @@ class CpuTensorThenMove(Rule):
         Invalid(
             """
             import torch
-            w = torch.zeros(3, requires_grad=True).cuda()
+            for batch in loader:
+                w = torch.zeros(3, requires_grad=True).cuda()
             """,
             fixed=None,
         ),
@@ -219,7 +258,8 @@ class CpuTensorThenMove(Rule):
         Invalid(
             """
             import torch
-            t = torch.tensor(values).to(device, torch.float16)
+            for batch in loader:
+                t = torch.ones(n).to(device, torch.float16)
             """,
             fixed=None,
         ),
@@ -238,14 +278,14 @@ class CpuTensorThenMove(Rule):
         Invalid(
             """
             import torch
-            eye = torch.eye(
+            for batch in loader: eye = torch.eye(
                 n,
                 dtype=torch.float32,
             ).to(device)
             """,
             fixed="""
             import torch
-            eye = torch.eye(
+            for batch in loader: eye = torch.eye(
                 n,
                 dtype=torch.float32,
                 device=device,
@@ -253,6 +293,10 @@ class CpuTensorThenMove(Rule):
             """,
         ),
     ]
+
+    def __init__(self, ctx, options) -> None:
+        super().__init__(ctx, options)
+        self.candidates: List[Tuple[Site, cst.Call, str, Optional[Fix]]] = []
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
@@ -269,7 +313,7 @@ class CpuTensorThenMove(Rule):
             return
         if random and keyword(factory, "generator") is not None:
             return
-        if any(arg.star for arg in factory.args) and qname not in ("torch.tensor", "torch.as_tensor"):
+        if any(arg.star for arg in factory.args):
             return  # **kwargs may already hold a device
         if device_move(self.ctx, node) != "device":
             return
@@ -299,7 +343,12 @@ class CpuTensorThenMove(Rule):
                 args[-1] = args[-1].with_changes(comma=between)
             new_call = factory.with_changes(args=args + [new_arg])
             fix = self.ctx.fix(UNSAFE if unsafe else SAFE, "Pass `device=` to the factory", self.ctx.replace(node, new_call))
-        self.report(node, message, fix)
+        self.candidates.append((self.ctx.site(), node, message, fix))
+
+    def finish(self) -> None:
+        for site, node, message, fix in self.candidates:
+            if _in_forward(site) or site.batch_context()[0] is not None:
+                self.report(node, message, fix)
 
     def _device_argument(self, call: cst.Call) -> Optional[cst.BaseExpression]:
         """The device of a ``.to(device[, non_blocking=…])``/``.cuda([device])`` call
@@ -315,3 +364,13 @@ class CpuTensorThenMove(Rule):
         if len(others) == 1 and not others[0].star and (others[0].keyword is None or others[0].keyword.value == "device"):
             return others[0].value
         return None
+
+
+def _in_forward(site: Site) -> bool:
+    """In a ``forward()`` method: it runs on every batch the module sees."""
+    function = site.function
+    while function is not None:
+        if function.name == "forward" and function.class_name is not None:
+            return True
+        function = function.parent
+    return False

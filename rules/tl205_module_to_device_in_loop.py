@@ -62,7 +62,8 @@ class ModuleToDeviceInLoop(Rule):
     name = "module-to-device-in-loop"
     summary = "A module is moved to the device on every iteration of a batch loop"
     fix_availability = "none"
-    requires_any = ("for", "while")
+    # No text pre-filter: a helper without loops runs per batch when a loop in
+    # another file of the project calls it.
 
     VALID = [
         Valid("""
@@ -238,7 +239,7 @@ class ModuleToDeviceInLoop(Rule):
             if site.in_exception_path():
                 continue
             loop, helper = site.batch_context()
-            if loop is None or not (loop.iterates_data or loop.trains or loop.pulls_batches):
+            if loop is None:
                 continue
             if site.under_periodic_guard(within=loop if helper is None else None):
                 continue

@@ -1,25 +1,12 @@
 from __future__ import annotations
 
-import re
-from typing import Dict, Set
-
 import libcst as cst
 
-from torchlint.names import dotted_name
 from torchlint.rule import UNSAFE, Invalid, Rule, Valid
 from torchlint.tensors import module_evidence, tensor_evidence
 
 # Methods that return a converted copy of a tensor but change a module in place.
 _COPY_METHODS = frozenset({"to", "cuda", "half", "float", "double", "bfloat16"})
-# Names that everybody uses for batch tensors.
-_DATA_NAME = re.compile(
-    r"(?i)^(x|y|inputs?|targets?|labels?|images?|imgs?|input_ids|attention_mask|token_type_ids|pixel_values|"
-    r"features|tensor|.+_tensor|mask|tokens|data|sample)$"
-)
-# Containers of batch tensors, when subscripted: ``batch["x"].to(device)``.
-_BATCH_CONTAINER = re.compile(r"(?i)^(batch|sample|inputs|data|features|tensors|example|encoded|encoding)$")
-
-
 class DiscardedTensorCopy(Rule):
     """## What it does
     Flags `x.to(device)`, `x.cuda()` and dtype conversions such as
@@ -28,10 +15,13 @@ class DiscardedTensorCopy(Rule):
     where it was.
 
     The receiver must evidently be a tensor: the result of a torch function
-    or a model call, a batch from a loop over a data source, or a name that
-    code uses for data (`inputs`, `labels`, `input_ids`, `batch["x"]`).
-    Modules (`model.to(device)`) change in place and are never flagged, and
-    neither is `torch.zeros(1).cuda()`, an idiom that only initialises CUDA.
+    or a model call, or a part of a loader's batch (`x` in `for x, y in
+    loader`, `batch["x"]`). A whole batch (`batch.to(device)`) is not: it is
+    often a dict-like `BatchEncoding`, whose `.to()` works in place. A name
+    alone (`inputs`, a parameter) is not evidence. Modules
+    (`model.to(device)`, `model[0].to(dtype)`) change in place and are never
+    flagged, and neither is `torch.zeros(1).cuda()`, an idiom that only
+    initialises CUDA.
 
     ## Why is this bad?
     `nn.Module.to()` moves a module's parameters in place, so
@@ -116,6 +106,23 @@ class DiscardedTensorCopy(Rule):
             for m in modules:
                 m.cuda()
         """),
+        # A whole batch: a tokenizer's BatchEncoding moves itself in place.
+        Valid("""
+            for step, batch in enumerate(train_dataloader):
+                batch.to(accelerator.device)
+                outputs = model(**batch)
+        """),
+        # Parameters known only by their names are not evidence of a tensor.
+        Valid("""
+            def forward_step(model, inputs, labels, device):
+                inputs.to(device)
+                return model(inputs)
+        """),
+        # A submodule of a container module.
+        Valid("""
+            model = torch.nn.Sequential(torch.nn.Linear(2, 2))
+            model[0].to(torch.bfloat16)
+        """),
     ]
 
     INVALID = [
@@ -170,15 +177,6 @@ class DiscardedTensorCopy(Rule):
         ),
         Invalid(
             """
-            def forward_step(model, inputs, labels, device):
-                inputs.to(device)
-                labels.to(device)
-                return model(inputs)
-            """,
-            count=2,
-        ),
-        Invalid(
-            """
             logits = model(x)
             logits.half()
             """,
@@ -199,15 +197,6 @@ class DiscardedTensorCopy(Rule):
             count=2,
         ),
     ]
-
-    def __init__(self, ctx, options) -> None:
-        super().__init__(ctx, options)
-        # id(loop node) -> names bound by iterating a data source
-        self.batch_names: Dict[int, Set[str]] = {}
-
-    def visit_For(self, node: cst.For) -> None:
-        if self.ctx.facts.is_data_source(node.iter):
-            self.batch_names[id(node)] = _names(node.target)
 
     def visit_Expr(self, node: cst.Expr) -> None:
         call = node.value
@@ -235,35 +224,17 @@ class DiscardedTensorCopy(Rule):
         self.report(node, message, fix)
 
     def _is_tensor(self, receiver: cst.BaseExpression) -> bool:
+        """Evidently a tensor: a part of a loader's batch (``x`` of ``for x, y
+        in loader``, ``batch["x"]``), or a value the engine follows to a
+        tensor. A whole batch is not: it may be a dict or a ``BatchEncoding``,
+        whose ``.to()`` works in place. A name alone is never enough."""
         ctx = self.ctx
-        if isinstance(receiver, cst.Subscript):
-            base = dotted_name(receiver.value)
-            if base is not None and _BATCH_CONTAINER.match(base.rsplit(".", 1)[-1]) and not module_evidence(ctx, receiver.value):
-                return tensor_evidence(ctx, receiver.value) is not False
-            return tensor_evidence(ctx, receiver) is True
-        name = dotted_name(receiver)
-        if name is None:
-            return False
-        evidence = tensor_evidence(ctx, receiver)
-        if evidence is not None:
-            return evidence
-        loop = ctx.loop
-        while loop is not None:
-            if name in self.batch_names.get(id(loop.node), ()):
-                return True  # the loop rebinds it to a batch every iteration
-            loop = loop.parent
-        if ctx.value_of(name) is None and not name.startswith("self.") and "." not in name:
-            return bool(_DATA_NAME.match(name))
-        return False
-
-
-def _names(target: cst.BaseExpression) -> Set[str]:
-    if isinstance(target, (cst.Tuple, cst.List)):
-        found: Set[str] = set()
-        for element in target.elements:
-            found.update(_names(element.value))
-        return found
-    if isinstance(target, cst.StarredElement):
-        return _names(target.value)
-    name = dotted_name(target)
-    return {name} if name else set()
+        base = receiver
+        while isinstance(base, cst.Subscript):
+            base = base.value
+        if base is not receiver and module_evidence(ctx, base):
+            return False  # ``model[0].to(dtype)``: a submodule, moved in place
+        origin = ctx.batches.origin_of(receiver)
+        if origin is not None:
+            return not origin.whole
+        return tensor_evidence(ctx, receiver) is True

@@ -7,7 +7,8 @@ from typing import Dict, List, Optional, Set, Tuple
 import libcst as cst
 
 from torchlint.analysis import NO_GRAD_CONTEXTS, Site, exclusive_branches, is_no_grad_decorated
-from torchlint.facts import OPTIMIZER_NAME, FunctionInfo
+from torchlint.context import steps_optimizer
+from torchlint.facts import FunctionInfo
 from torchlint.names import dotted_name, last_name
 from torchlint.project import CHECK_TESTS, is_test_module
 from torchlint.rule import DISPLAY_ONLY, UNSAFE, Edit, Invalid, Option, Rule, Valid
@@ -478,7 +479,7 @@ class EvalWithoutNoGrad(Rule):
                 if receiver:
                     self._add(self._scope(), TRAIN, node, (receiver,))
                 return
-            if method == "backward" or method == "requires_grad_" or (method == "step" and _steps_optimizer(func.value)):
+            if method == "backward" or method == "requires_grad_" or (method == "step" and steps_optimizer(func.value)):
                 scope = self._scope()
                 scope.needs_grad = True
                 self._add(scope, GRAD, node)
@@ -672,13 +673,6 @@ def _receiver_root(node: cst.BaseExpression) -> Optional[str]:
     while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in _CHAINABLE:
         node = node.func.value
     return dotted_name(node)
-
-
-def _steps_optimizer(receiver: cst.BaseExpression) -> bool:
-    if isinstance(receiver, cst.Subscript):
-        receiver = receiver.value
-    name = last_name(receiver)
-    return bool(name and (OPTIMIZER_NAME.search(name) or "scaler" in name.lower()) and "sched" not in name.lower())
 
 
 def _is_true(node: cst.BaseExpression) -> bool:

@@ -427,6 +427,6 @@ class DistributedSamplerMissing(Rule):
             node = loop.node
             if not isinstance(node, cst.For) or (info.target and loop.function is not info.function):
                 continue  # a loader of the same name in another function
-            if self.ctx.facts.loader_for(node.iter) is info and loop_trains(self.ctx, loop):
+            if self.ctx.facts.loader_for(node.iter, loop.function) is info and loop_trains(self.ctx, loop):
                 return True
         return False

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Optional
 
 import libcst as cst
 
+from torchlint.facts import keyword
 from torchlint.names import dotted_name, last_name
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -94,10 +95,8 @@ def is_autocast_call(ctx: "FileContext", node: cst.CSTNode) -> bool:
 
 
 def _keyword(call: cst.Call, name: str) -> Optional[cst.BaseExpression]:
-    for arg in call.args:
-        if arg.keyword is not None and arg.keyword.value == name:
-            return arg.value
-    return None
+    found = keyword(call, name)
+    return found.value if found is not None else None
 
 
 def _positional(call: cst.Call, index: int) -> Optional[cst.BaseExpression]:

@@ -153,6 +153,17 @@ def is_no_grad_decorated(ctx: "FileContext", function: cst.FunctionDef) -> bool:
     return False
 
 
+class ForeignLoop:
+    """The batch loop, in another file, that makes a helper of this file hot:
+    all a message needs is how to name it."""
+
+    __slots__ = ("line_hint",)
+    node = None
+
+    def __init__(self, line_hint: str) -> None:
+        self.line_hint = line_hint
+
+
 class Site:
     """Where a node sits: its ancestors, function and loops, frozen at walk time."""
 
@@ -200,12 +211,13 @@ class Site:
         return None
 
     def batch_context(self) -> Tuple[Optional[LoopInfo], Optional[FunctionInfo]]:
-        """The batch loop the node runs in: directly, or because its function is
-        called (directly or through module functions) from a batch loop's body,
-        at a call site that is not itself under a periodic guard or on an
-        exception path. Returns (loop, helper function or None).
+        """The batch loop the node runs in: directly, or because its function
+        runs per batch (``ModuleFacts.functions_run_per_batch``: called from a
+        batch loop's body, transitively, through ``self.`` methods, or passed
+        as a callable into the loop). Returns (loop, helper function or None);
+        the helper is what a message names, with the loop that makes it hot.
 
-        Inside a generation loop (``while``, ``for … in range``) that is not a
+        Inside a generation loop (``while``, ``for … in range(…)``) that is not a
         batch loop, the answer is (None, None): such loops are per-token or
         per-sample and their control flow usually needs the value."""
         loop = self.batch_loop()
@@ -213,13 +225,36 @@ class Site:
             return loop, None
         if any(l.is_generation_loop for l in self.loops()):
             return None, None
+        reached = self.ctx.facts.functions_run_per_batch()
         function = self.function
         while function is not None:
-            found = self.ctx.facts_batch_caller(function)
+            found = reached.get(id(function))
             if found is not None:
-                return found, function
+                return found[0], function
             function = function.parent
+        # called per batch from another file of the project (``MetricLogger.update``)
+        from torchlint import crossfile
+
+        function = self.function
+        while function is not None and function.parent is not None:
+            function = function.parent
+        if function is not None and function.class_name is not None and self._uses_argument(function):
+            hint = crossfile.hot_from_elsewhere(self.ctx, function)
+            if hint is not None:
+                return ForeignLoop(hint), function
         return None, None
+
+    def _uses_argument(self, function: FunctionInfo) -> bool:
+        """Does the node read an argument of the method (``value.item()`` in
+        ``update(self, value)``)? Only then can callers elsewhere make it hot
+        by what they pass."""
+        params = set(function.params[1:])
+        if not params:
+            return False
+        for sub in iter_subtree(self.node):
+            if isinstance(sub, cst.Name) and sub.value in params:
+                return True
+        return False
 
     # -- guards --------------------------------------------------------------
     def in_exception_path(self) -> bool:

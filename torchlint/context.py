@@ -6,13 +6,16 @@ walker calls before any rule sees the node.
 """
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
 from torchlint.analysis import Site, is_no_grad_item, mentions_cuda_availability
+from torchlint.batches import BatchFlow
 from torchlint.facts import (
     OPTIMIZER_NAME,
+    CallRecord,
     FunctionInfo,
     LoaderInfo,
     LoopInfo,
@@ -24,6 +27,7 @@ from torchlint.facts import (
 from torchlint.names import ImportTable, dotted_name, last_name
 from torchlint.project import ProjectFacts, TorchRange
 from torchlint.rule import Edit, Fix
+from torchlint.tensors import device_move, tensor_evidence
 
 if TYPE_CHECKING:  # pragma: no cover
     from torchlint.rule import Rule
@@ -31,6 +35,10 @@ if TYPE_CHECKING:  # pragma: no cover
 # Stands for "one element of an unpacked value": known to be assigned, not what.
 _UNKNOWN_PART = cst.Name("__unpacked__")
 _EXIT_CALLS = frozenset({"sys.exit", "exit", "quit", "os._exit"})
+# Code that places tensors on a device or trains (prose in docstrings rarely matches).
+_NAMES_A_DEVICE_OR_TRAINS = re.compile(r"\bcuda\b|\bdevice_map\b|\.to\(|\bdevice\s*=|\.(backward|step|prepare|setup)\(|\b(xpu|mps)\b")
+# Builtins whose calls are not calls of module functions.
+_BUILTIN_CALLS = frozenset({"print", "len", "range", "isinstance", "getattr", "hasattr", "setattr", "int", "float", "str", "bool", "list", "dict", "tuple", "set", "enumerate", "zip", "super", "min", "max", "sum", "abs", "round", "sorted", "iter", "next", "type", "format", "open", "repr", "any", "all", "map", "filter"})
 
 
 class FileContext:
@@ -51,7 +59,7 @@ class FileContext:
         self.torch_range = torch_range or TorchRange(target_torch, None)
         self.target_torch = self.torch_range.lower
         self.names = ImportTable()
-        self.facts = ModuleFacts(self.names)
+        self.facts = ModuleFacts(self.names, path)
         self.stack: List[cst.CSTNode] = []
         self.function: Optional[FunctionInfo] = None
         self.loop: Optional[LoopInfo] = None
@@ -62,6 +70,19 @@ class FileContext:
         self.reports: List[Tuple["Rule", cst.CSTNode, str, Optional[Fix]]] = []
         self._recorded_loaders: Dict[int, LoaderInfo] = {}
         self._mentions_availability = "is_available" in source or "device_count" in source
+        self._host_only: Optional[bool] = None
+        # which names hold batch data, per scope (TL201, TL202, TL206 ask it)
+        self.batches = BatchFlow(self)
+        # ids of the assignment values being walked: their targets are not bound yet
+        self._assigning: set = set()
+
+    @property
+    def host_only(self) -> bool:
+        """An inference client: the file never names a device and never trains,
+        so a model fed host tensors runs on the host. Read once, when asked."""
+        if self._host_only is None:
+            self._host_only = _NAMES_A_DEVICE_OR_TRAINS.search(self.source) is None
+        return self._host_only
 
     # -- for rules -------------------------------------------------------------
     def report(self, rule: "Rule", node: cst.CSTNode, message: str, fix: Optional[Fix] = None) -> None:
@@ -83,7 +104,8 @@ class FileContext:
         """A batch loop that calls ``function`` (perhaps through other module
         functions) at a site that runs every iteration. Exact after the walk.
         ``callers`` and ``is_batch_loop`` replace the defaults (every module
-        function reaching ``function``; ``LoopInfo.is_batch_loop``)."""
+        function reaching ``function``; ``LoopInfo.is_batch_loop``). Rules
+        that need no variation ask ``Site.batch_context()`` instead."""
         callers = self.facts.callers_of(function) if callers is None else callers
         for loop in self.facts.loops.values():
             if loop.function is function or not (loop.is_batch_loop if is_batch_loop is None else is_batch_loop(loop)):
@@ -142,13 +164,16 @@ class FileContext:
             name=node.name.value,
             class_name=self.class_names[-1] if self.class_names and self.function is None else None,
             parent=self.function,
+            params=_parameter_names(node.params),
         )
         if self.function is not None:
             self.function.has_inner_def = True
         self.facts.functions.setdefault(info.name, []).append(info)
+        self.batches.enter_scope()
         return info
 
     def leave_function(self, info: FunctionInfo) -> None:
+        self.batches.leave_scope()
         if info.has_inner_def and info.uses_no_grad:
             self.facts.no_grad_decorators.add(info.name)
 
@@ -156,32 +181,111 @@ class FileContext:
         info = LoopInfo(node=node, function=self.function, parent=self.loop, _facts=self.facts)
         if isinstance(node, cst.For):
             info.iterates_data = self.facts.is_data_source(node.iter)
+            self.batches.bind_loop(node)
+            if isinstance(node.target, cst.Name):
+                # ``for v in t``: each ``v`` is an element of ``t`` (a tensor's
+                # elements are tensors on its device)
+                self.values[node.target.value] = cst.Subscript(
+                    value=node.iter, slice=[cst.SubscriptElement(cst.Index(cst.Integer("0")))]
+                )
         self.facts.loops[id(node)] = info
         return info
+
+    def enter_comprehension(self, node: cst.CSTNode) -> None:
+        self.batches.bind_comprehension(node)
+
+    def leave_assign(self, node: cst.Assign) -> None:
+        # after the value: ``x = x.to(device)`` still sees the batch ``x`` in its value
+        self._assigning.discard(id(node.value))
+        self.batches.bind_assign(node)
 
     def enter_call(self, node: cst.Call) -> None:
         func = node.func
         callee = None
+        method = False
         if isinstance(func, cst.Name):
             callee = func.value
         elif isinstance(func, cst.Attribute):
             if isinstance(func.value, cst.Name) and func.value.value in ("self", "cls"):
                 callee = func.attr.value
+                method = True
             attr = func.attr.value
-            if attr == "backward" or (attr == "step" and _steps_optimizer(func.value)):
+            if is_training_step_call(func):
                 self._mark_training()
+                if self.function is not None and self.loop is None:
+                    self.function.steps_per_call = True
+            if isinstance(func.value, cst.Name) and (self.loop is not None or self.function is not None):
+                built_by = self.values.get(func.value.value)
+                # ``meter = AverageMeter()`` … ``meter.update(x)``: a method of a class instance
+                if isinstance(built_by, cst.Call) and (last_name(built_by.func) or "")[:1].isupper():
+                    passes_tensor = any(tensor_evidence(self, a.value) is True for a in node.args)
+                    entry = (built_by, attr, self.site(), passes_tensor)
+                    if self.loop is not None:
+                        self.loop.method_calls.append(entry)
+                    else:
+                        self.function.method_calls.append(entry)  # type: ignore[union-attr]
+            if (attr == "to" or attr == "cuda") and device_move(self, node) == "device":
+                self._record_batch_copy(func.value)
+            if attr == "update" and node.args:
+                self._record_dict_update(func.value, node)
+            elif attr == "add_argument" and node.args:
+                self._record_argument(node)
+            elif attr == "set_defaults":
+                for arg in node.args:
+                    if arg.keyword is not None:
+                        self.facts.set_defaults[arg.keyword.value] = arg.value
+            elif callee is None and isinstance(func.value, cst.Name) and (func.value.value in self.names.aliases or func.value.value in self.names.relative):
+                # ``engine.train_one_epoch(...)``: a function of an imported module
+                if node.args:
+                    self.facts.call_records.append(CallRecord(attr, node, self.function, self._argument_loaders(node), imported=True))
         if callee is not None:
+            function = self.function
+            site = None
             if self.loop is not None:
+                site = self.site()
                 self.loop.calls.add(callee)
-                self.loop.call_sites.setdefault(callee, []).append(self.site())
-            if self.function is not None:
-                self.function.calls.add(callee)
+                self.loop.call_sites.setdefault(callee, []).append(site)
+            if function is not None:
+                function.calls.add(callee)
+                function.call_sites.append((callee, site or self.site()))
+                if not method and callee in function.params:
+                    function.called_params.add(callee)
             else:
                 self.facts.module_calls.add(callee)
             if callee == "next" and self.loop is not None and node.args and self.facts.is_data_source(node.args[0].value):
                 self.loop.pulls_batches = True
+            if node.args and callee not in _BUILTIN_CALLS:
+                tensors = {
+                    id(arg.value)
+                    for arg in node.args
+                    if isinstance(arg.value, cst.Name) and not arg.star and tensor_evidence(self, arg.value) is True
+                }
+                self.facts.call_records.append(
+                    CallRecord(callee, node, function, self._argument_loaders(node), method=method, tensors=tensors)
+                )
         if id(node) not in self._recorded_loaders and is_dataloader_call(self.names, node):
             self._record_loader(node, None)
+
+    def _record_batch_copy(self, receiver: cst.BaseExpression) -> None:
+        origin = self.batches.origin_of(receiver)
+        if origin is None or origin.source is None:
+            return
+        if origin.loop_node is not None and not any(a is origin.loop_node for a in self.stack):
+            return  # after the loop: the last batch, once
+        self.facts.batch_copies.append(origin)
+
+    def _argument_loaders(self, call: cst.Call) -> Dict[int, LoaderInfo]:
+        """Arguments that are, at this point of the walk, evidently a loader
+        built in this scope: resolved now, since the scope's values are gone
+        by the time a rule asks."""
+        found: Dict[int, LoaderInfo] = {}
+        for arg in call.args:
+            value = self.values.get(dotted_name(arg.value) or "") if isinstance(arg.value, cst.Name) else arg.value
+            if isinstance(value, cst.Call):
+                loader = self._recorded_loaders.get(id(value))
+                if loader is not None:
+                    found[id(arg.value)] = loader
+        return found
 
     def enter_with(self, node: cst.With) -> None:
         if self.function is not None and any(is_no_grad_item(self, item.item) for item in node.items):
@@ -191,7 +295,10 @@ class FileContext:
                 function = function.parent
 
     def value_of(self, name: Optional[str]) -> Optional[cst.BaseExpression]:
-        return self.values.get(name) if name else None
+        value = self.values.get(name) if name else None
+        if value is not None and id(value) in self._assigning:
+            return None  # inside ``x = f(x)``'s own value: the new binding is not in effect yet
+        return value
 
     def enter_augassign(self, node: cst.AugAssign) -> None:
         target = dotted_name(node.target)
@@ -204,6 +311,7 @@ class FileContext:
             self.values[target] = node.value
 
     def enter_assign(self, node: cst.Assign) -> None:
+        self._assigning.add(id(node.value))
         for assign_target in node.targets:
             target_node = assign_target.target
             if isinstance(target_node, (cst.Tuple, cst.List)):
@@ -217,13 +325,21 @@ class FileContext:
                     self.values[name] = node.value
         if len(node.targets) != 1:
             return
-        target = dotted_name(node.targets[0].target)
+        value = node.value
+        target_node = node.targets[0].target
+        if isinstance(target_node, cst.Subscript):
+            self._record_dict_item(target_node, value)
+        target = dotted_name(target_node)
         if target is None:
             return
-        value = node.value
+        if self.function is None and isinstance(target_node, cst.Name):
+            self.facts.module_constants[target] = node.value
+        if isinstance(value, (cst.Dict, cst.Call)):
+            self._record_dict(target, value)
         if isinstance(value, cst.Call):
             if is_dataloader_call(self.names, value):
                 self._record_loader(value, target)
+                self.facts.data_names.add(target)
             elif last_name(value.func) == "dict":
                 self.facts.dict_literals[target] = value
             elif last_name(value.func) in ("iter", "enumerate") and value.args and self.facts.is_data_source(value.args[0].value):
@@ -269,42 +385,196 @@ class FileContext:
         if arg is not None:
             return arg.value
         for starred in (a for a in call.args if a.star == "**"):
-            value = _dict_entry(self.facts.dict_literals.get(dotted_name(starred.value) or ""), name)
-            if value is not None:
-                return value
+            values = self.dict_values(starred.value, name)
+            if values:
+                return values[-1]
         return None
 
     def _loader_pinned(self, call: cst.Call) -> Optional[bool]:
+        """``pin_memory=True``, directly or through ``**kwargs`` whose dict is
+        built here (a literal, ``dict()``, ``.update()``, ``d[k] = v``,
+        ``{**a, **b}``). A value set under a condition (``if use_cuda:
+        kwargs.update(pin_memory=True)``) counts: the loader is pinned when
+        it matters."""
         arg = keyword(call, "pin_memory")
         if arg is not None:
-            return literal_bool(arg.value)
+            return literal_bool(self.constant(arg.value))
         for starred in (a for a in call.args if a.star == "**"):
-            literal = self.facts.dict_literals.get(dotted_name(starred.value) or "")
-            if literal is None:
+            key = self._dict_key(starred.value)
+            if key is None or key not in self.facts.dicts:
                 return None  # kwargs we cannot see
-            value = _dict_entry(literal, "pin_memory")
-            if value is not None:
-                return literal_bool(value)
+            answers = [literal_bool(self.constant(v)) for v in self.facts.dicts[key].get("pin_memory", ())]
+            if True in answers:
+                return True
+            if answers and None in answers:
+                return None
+            if answers:
+                return False
         return False
 
+    # -- value flow: dicts, constants, argparse defaults ----------------------------
+    def _record_argument(self, call: cst.Call) -> None:
+        """``parser.add_argument("--pin-mem", action="store_true")`` -> pin_mem: False."""
+        flags = [a.value.evaluated_value for a in call.args if a.keyword is None and isinstance(a.value, cst.SimpleString)]
+        dest_arg = keyword(call, "dest")
+        if dest_arg is not None and isinstance(dest_arg.value, cst.SimpleString):
+            dest = dest_arg.value.evaluated_value
+        else:
+            longs = [f for f in flags if isinstance(f, str) and f.startswith("--")]
+            dest = longs[0][2:].replace("-", "_") if longs else None
+        if not isinstance(dest, str) or dest in self.facts.argument_defaults:
+            return
+        default = keyword(call, "default")
+        action = keyword(call, "action")
+        if default is not None:
+            self.facts.argument_defaults[dest] = default.value
+        elif action is not None and isinstance(action.value, cst.SimpleString):
+            kind = action.value.evaluated_value
+            if kind in ("store_true", "store_false"):
+                self.facts.argument_defaults[dest] = cst.Name("False" if kind == "store_true" else "True")
 
-def _steps_optimizer(receiver: cst.BaseExpression) -> bool:
+    def constant(self, expr: cst.BaseExpression) -> cst.BaseExpression:
+        """Follow a name to the literal it holds (a module constant or a local
+        assigned once before), and a ternary to the branch that holds one."""
+        for _ in range(4):
+            if isinstance(expr, cst.Name) and expr.value not in ("True", "False", "None"):
+                value = self.values.get(expr.value) or self.facts.module_constants.get(expr.value)
+                if value is None:
+                    return expr
+                expr = value
+            elif isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name):
+                # ``args.pin_mem``: the default of the argparse option of that name
+                dest = expr.attr.value
+                value = self.facts.set_defaults.get(dest) or self.facts.argument_defaults.get(dest)
+                if value is None:
+                    return expr
+                expr = value
+            elif isinstance(expr, cst.IfExp):
+                body, orelse = literal_bool(expr.body), literal_bool(expr.orelse)
+                if body is True or orelse is True:
+                    return cst.Name("True")
+                return expr
+            else:
+                return expr
+        return expr
+
+    def _dict_key(self, expr: cst.BaseExpression) -> Optional[tuple]:
+        name = dotted_name(expr)
+        if name is None:
+            return None
+        scope = id(self.function.node) if self.function is not None else 0
+        if (scope, name) in self.facts.dicts:
+            return (scope, name)
+        return (0, name) if (0, name) in self.facts.dicts else (scope, name)
+
+    def dict_values(self, expr: cst.BaseExpression, key: str) -> List[cst.BaseExpression]:
+        """Every value the dict ``expr`` is given for ``key`` in this scope."""
+        dict_key = self._dict_key(expr)
+        return list(self.facts.dicts.get(dict_key, {}).get(key, ())) if dict_key else []
+
+    def _entries(self, value: cst.BaseExpression) -> Optional[Dict[str, List[cst.BaseExpression]]]:
+        """The key -> values of a dict expression, or None if it is not one we can read."""
+        entries: Dict[str, List[cst.BaseExpression]] = {}
+        if isinstance(value, cst.Dict):
+            for element in value.elements:
+                if isinstance(element, cst.DictElement) and isinstance(element.key, cst.SimpleString):
+                    key = element.key.evaluated_value
+                    if isinstance(key, str):
+                        entries.setdefault(key, []).append(element.value)
+                elif isinstance(element, cst.StarredDictElement):
+                    merged = self._entries(element.value) if not isinstance(element.value, cst.Name) else None
+                    if merged is None:
+                        dict_key = self._dict_key(element.value)
+                        merged = self.facts.dicts.get(dict_key) if dict_key else None
+                    if merged is None:
+                        return None
+                    for key, values in merged.items():
+                        entries.setdefault(key, []).extend(values)
+            return entries
+        if isinstance(value, cst.Call) and last_name(value.func) == "dict":
+            for arg in value.args:
+                if arg.keyword is not None:
+                    entries.setdefault(arg.keyword.value, []).append(arg.value)
+                elif arg.star == "**" or not arg.star:
+                    dict_key = self._dict_key(arg.value)
+                    merged = self.facts.dicts.get(dict_key) if dict_key else self._entries(arg.value)
+                    if merged is None:
+                        return None
+                    for key, values in merged.items():
+                        entries.setdefault(key, []).extend(values)
+            return entries
+        return None
+
+    def _record_dict(self, target: str, value: cst.BaseExpression) -> None:
+        entries = self._entries(value)
+        if entries is not None:
+            scope = id(self.function.node) if self.function is not None else 0
+            self.facts.dicts[(scope, target)] = entries
+
+    def in_dead_branch(self) -> bool:
+        """Under ``if False:`` (or the ``else`` of ``if True:``): code that cannot run."""
+        stack = self.stack
+        for i in range(len(stack) - 2, -1, -1):
+            node = stack[i]
+            if isinstance(node, cst.If) and isinstance(node.test, cst.Name) and node.test.value in ("True", "False"):
+                child = stack[i + 1]
+                if (node.test.value == "False") == (child is node.body):
+                    return True
+        return False
+
+    def _record_dict_update(self, receiver: cst.BaseExpression, call: cst.Call) -> None:
+        if self.in_dead_branch():
+            return
+        dict_key = self._dict_key(receiver)
+        if dict_key is None or dict_key not in self.facts.dicts:
+            return
+        entries = self.facts.dicts[dict_key]
+        for arg in call.args:
+            if arg.keyword is not None:
+                entries.setdefault(arg.keyword.value, []).append(arg.value)
+                continue
+            source = arg.value
+            merged = self._entries(source)
+            if merged is None:
+                other = self._dict_key(source)
+                merged = self.facts.dicts.get(other) if other else None
+            for key, values in (merged or {}).items():
+                entries.setdefault(key, []).extend(values)
+
+    def _record_dict_item(self, target: cst.Subscript, value: cst.BaseExpression) -> None:
+        if self.in_dead_branch():
+            return
+        dict_key = self._dict_key(target.value)
+        if dict_key is None or dict_key not in self.facts.dicts or len(target.slice) != 1:
+            return
+        index = target.slice[0].slice
+        if isinstance(index, cst.Index) and isinstance(index.value, cst.SimpleString):
+            key = index.value.evaluated_value
+            if isinstance(key, str):
+                self.facts.dicts[dict_key].setdefault(key, []).append(value)
+
+
+def is_training_step_call(func: cst.Attribute) -> bool:
+    """``loss.backward()``, ``optimizer.step()``, ``scaler.step(opt)``: the one
+    test for "this call trains" (schedulers' ``step()`` does not count)."""
+    attr = func.attr.value
+    if attr == "backward":
+        return True
+    return attr == "step" and steps_optimizer(func.value)
+
+
+def _parameter_names(params: cst.Parameters) -> List[str]:
+    names = [p.name.value for p in params.posonly_params]
+    names += [p.name.value for p in params.params]
+    return names + [p.name.value for p in params.kwonly_params]
+
+
+def steps_optimizer(receiver: cst.BaseExpression) -> bool:
+    """Is ``receiver`` an optimizer or a grad scaler (``opt.step()`` trains; a scheduler's does not)?"""
     name = last_name(receiver)
     if isinstance(receiver, cst.Subscript):
         name = last_name(receiver.value)
     return bool(name and (OPTIMIZER_NAME.search(name) or "scaler" in name.lower()) and "sched" not in name.lower())
-
-
-def _dict_entry(literal: Optional[cst.CSTNode], key: str) -> Optional[cst.BaseExpression]:
-    if isinstance(literal, cst.Dict):
-        for element in literal.elements:
-            if isinstance(element, cst.DictElement) and isinstance(element.key, cst.SimpleString):
-                if element.key.evaluated_value == key:
-                    return element.value
-    elif isinstance(literal, cst.Call):
-        found = keyword(literal, key)
-        return found.value if found is not None else None
-    return None
 
 
 def _body_exits(ctx: FileContext, body: cst.BaseSuite) -> bool:

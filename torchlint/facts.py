@@ -17,12 +17,16 @@ import libcst as cst
 
 from torchlint.names import ImportTable, dotted_name, last_name
 
-# Names whose iteration yields batches. Matched against the last identifier.
+# Names whose iteration yields batches (a loader passed in, ``self.train_loader``).
+# Matched against the last identifier as a whole word part, so
+# ``dispatch_batches_options`` is not one.
 _DATA_SOURCE = re.compile(
-    r"(?i)(loader|(^|_)dl$|batches|batch_iter|data_?iter|prefetch|batch_gen|dataiter|feeder|minibatches)"
+    r"(?i)(loader|loaders|(^|_)dl|(^|_)batches|batch_iter|data_?iter|prefetcher|batch_gen|dataiter|minibatches)$"
 )
 # Wrappers that pass their first argument's items through.
 _PASS_THROUGH = {"enumerate", "tqdm", "iter", "islice", "zip", "progress", "track", "progress_bar", "chain"}
+# Calls that receive a loader but do not yield its batches when iterated.
+_NOT_BATCHES = {"range", "len", "trange", "sorted", "reversed", "print", "isinstance", "getattr", "hasattr"}
 
 OPTIMIZER_NAME = re.compile(r"(?i)(optim|opt$|^opt|optimizer)")
 
@@ -37,6 +41,17 @@ class FunctionInfo:
     trains: bool = False  # calls backward() or an optimizer/scaler step itself
     uses_no_grad: bool = False  # a no_grad()/inference_mode() anywhere inside
     has_inner_def: bool = False
+    params: List[str] = field(default_factory=list)
+    # A backward()/optimizer step outside the function's own loops: one call
+    # of the function is one training step.
+    steps_per_call: bool = False
+    # (callee name, Site) for every call of a module function or method
+    call_sites: List[tuple] = field(default_factory=list)
+    # parameters called inside the function (``step_fn(batch)``)
+    called_params: Set[str] = field(default_factory=set)
+    # (the call that built the receiver, method name, Site, passes a tensor):
+    # ``meter.update(x)`` where ``meter = AverageMeter()`` in scope, outside the function's loops
+    method_calls: List[tuple] = field(default_factory=list)
 
     @property
     def qualname(self) -> str:
@@ -54,6 +69,8 @@ class LoopInfo:
     calls: Set[str] = field(default_factory=set)
     # callee name -> the sites (``torchlint.analysis.Site``) of its calls in the body
     call_sites: Dict[str, list] = field(default_factory=dict)
+    # (the call that built the receiver, method name, Site, passes a tensor) for ``meter.update(x)`` in the body
+    method_calls: List[tuple] = field(default_factory=list)
     _facts: Optional["ModuleFacts"] = field(default=None, repr=False)
 
     @property
@@ -65,15 +82,21 @@ class LoopInfo:
         if isinstance(self.node, cst.While):
             return True
         iterable = self.node.iter  # type: ignore[attr-defined]
-        return isinstance(iterable, cst.Call) and last_name(iterable.func) in ("range", "trange")
+        return isinstance(iterable, cst.Call) and dotted_name(iterable.func) in ("range", "trange", "tqdm.trange")
 
     @property
     def is_batch_loop(self) -> bool:
-        """Runs once per batch: iterates a data source, or trains, directly or
-        through a module function it calls. Exact only after the walk."""
+        """Runs once per batch: iterates a data source, pulls batches with
+        ``next()``, trains in its own body, or calls a function that runs one
+        training step per call. An epoch loop calling ``train_one_epoch()``
+        (which loops over the data itself) is not one, nor is a sweep over a
+        literal list of settings. The one definition every rule uses; exact
+        only after the walk."""
+        if isinstance(self.node, cst.For) and isinstance(self.node.iter, (cst.List, cst.Tuple, cst.Set)):
+            return False
         if self.iterates_data or self.trains or self.pulls_batches:
             return True
-        return self._facts is not None and any(self._facts.function_trains(c) for c in self.calls)
+        return self._facts is not None and any(self._facts.steps_per_call(c) for c in self.calls)
 
     @property
     def line_hint(self) -> str:
@@ -93,6 +116,8 @@ class LoaderInfo:
     num_workers: Optional[cst.BaseExpression]
     sampler: Optional[cst.BaseExpression]
     function: Optional[FunctionInfo]
+    # for a loader built in another file of the project: "main.py:12"
+    where: Optional[str] = None
 
 
 def _short(node: cst.CSTNode, depth: int = 0) -> str:
@@ -112,12 +137,18 @@ def _short(node: cst.CSTNode, depth: int = 0) -> str:
 
 
 class ModuleFacts:
-    def __init__(self, names: ImportTable) -> None:
+    def __init__(self, names: ImportTable, path: str = "") -> None:
         self.names = names
+        self.path = path
         self.functions: Dict[str, List[FunctionInfo]] = {}
         self.loops: Dict[int, LoopInfo] = {}
         self.loaders: List[LoaderInfo] = []
         self.dict_literals: Dict[str, cst.CSTNode] = {}
+        # module-level ``NAME = value`` assignments (the last one wins)
+        self.module_constants: Dict[str, cst.BaseExpression] = {}
+        # argparse: dest -> default (``action="store_true"`` -> False, ``set_defaults`` wins)
+        self.argument_defaults: Dict[str, cst.BaseExpression] = {}
+        self.set_defaults: Dict[str, cst.BaseExpression] = {}
         self.data_names: Set[str] = set()
         self.cuda_flag_names: Set[str] = set()
         self.module_calls: Set[str] = set()
@@ -127,25 +158,100 @@ class ModuleFacts:
         # Module functions used as decorators that wrap their target in no_grad.
         self.no_grad_decorators: Set[str] = set()
         self._trains_cache: Dict[str, bool] = {}
+        self._step_cache: Dict[str, bool] = {}
+        self._per_batch: Optional[Dict[int, tuple]] = None
+        # dict values by (id(function node) or 0, name): key -> every value it is given
+        self.dicts: Dict[tuple, Dict[str, List[cst.BaseExpression]]] = {}
+        # batch data copied to the device (``x.to(device)`` of a batch, inside its loop)
+        self.batch_copies: List = []
+        # calls of module functions: (callee, call node, caller FunctionInfo or None, resolved args)
+        self.call_records: List["CallRecord"] = []
 
     # -- queries ---------------------------------------------------------
-    def function_trains(self, name: str, _seen: Optional[Set[str]] = None) -> bool:
+    def function_trains(self, name: str) -> bool:
         """Does a module function of this name train, directly or through calls?"""
-        cached = self._trains_cache.get(name)
+        return self._transitively(name, lambda info: info.trains, lambda info: info.calls, self._trains_cache)
+
+    def steps_per_call(self, name: str) -> bool:
+        """Does one call of the module function ``name`` run one training step
+        (backward or an optimizer step outside its own loops, directly or
+        through such calls)?"""
+        return self._transitively(
+            name,
+            lambda info: info.steps_per_call,
+            lambda info: (callee for callee, site in info.call_sites if site.loop is None),
+            self._step_cache,
+        )
+
+    def _transitively(self, name: str, holds, callees, cache: Dict[str, bool], seen: Optional[Set[str]] = None) -> bool:
+        """Does ``holds`` hold for a module function of this name, or for one
+        it reaches through ``callees``? Cached per top-level question."""
+        cached = cache.get(name)
         if cached is not None:
             return cached
-        seen = _seen if _seen is not None else set()
+        top = seen is None
+        seen = set() if seen is None else seen
         if name in seen:
             return False
         seen.add(name)
-        result = False
-        for info in self.functions.get(name, ()):
-            if info.trains or any(self.function_trains(c, seen) for c in info.calls):
-                result = True
-                break
-        if _seen is None:
-            self._trains_cache[name] = result
+        result = any(
+            holds(info) or any(self._transitively(c, holds, callees, cache, seen) for c in callees(info) if c != name)
+            for info in self.functions.get(name, ())
+        )
+        if top:
+            cache[name] = result
         return result
+
+    def functions_run_per_batch(self) -> Dict[int, tuple]:
+        """Module functions that run once per batch or more: called from a
+        batch loop's body, or from such a function, or passed as a callable
+        into one (``fit(loader, train_step)`` where ``fit`` calls its parameter
+        in the loop), at call sites that are neither under a periodic guard
+        nor on an exception path. Maps id(FunctionInfo) -> (loop, function).
+        Exact after the walk; computed once."""
+        if self._per_batch is not None:
+            return self._per_batch
+        reached: Dict[int, tuple] = {}
+        frontier: List[tuple] = []
+        queued: Set[str] = set()
+        # function name -> (its parameters called per batch, the loop that makes them hot)
+        hot_params: Dict[str, tuple] = {}
+        for loop in self.loops.values():
+            if not loop.is_batch_loop:
+                continue
+            for callee, sites in loop.call_sites.items():
+                if any(not s.in_exception_path() and not s.under_periodic_guard(within=loop) for s in sites):
+                    frontier.append((callee, loop))
+            if loop.function is not None:
+                called = {p for p in loop.function.called_params if p in loop.call_sites}
+                if called:
+                    hot_params[loop.function.name] = (called, loop)
+        while frontier:
+            while frontier:
+                callee, loop = frontier.pop()
+                for info in self.functions.get(callee, ()):
+                    if id(info) in reached or info is loop.function:
+                        continue
+                    reached[id(info)] = (loop, info)
+                    for inner, site in info.call_sites:
+                        if not site.in_exception_path() and not site.under_periodic_guard(within=None):
+                            frontier.append((inner, loop))
+                    if info.called_params and info.name not in hot_params:
+                        hot_params[info.name] = (info.called_params, loop)
+            # callables handed to a function that calls them per batch
+            for record in self.call_records:
+                entry = hot_params.get(record.callee)
+                if entry is None or record.imported:
+                    continue
+                params, hot_loop = entry
+                for info in self.functions.get(record.callee, ()):
+                    for param, value in record.bind(info.params).items():
+                        if param in params and isinstance(value, cst.Name) and value.value in self.functions:
+                            if value.value not in queued:
+                                queued.add(value.value)
+                                frontier.append((value.value, hot_loop))
+        self._per_batch = reached
+        return reached
 
     def callers_of(self, function: FunctionInfo) -> Set[str]:
         """Names of module functions that reach ``function`` through calls (itself included)."""
@@ -162,6 +268,9 @@ class ModuleFacts:
 
     def is_data_source(self, node: cst.CSTNode) -> bool:
         """Is iterating ``node`` iterating batches?"""
+        if isinstance(node, cst.IfExp):
+            # ``for batch in (dl if streaming else distr_dl)``
+            return self.is_data_source(node.body) or self.is_data_source(node.orelse)
         while isinstance(node, cst.Call):
             name = last_name(node.func)
             if name in _PASS_THROUGH and node.args:
@@ -172,6 +281,12 @@ class ModuleFacts:
             qname = self.names.qualified_name(node.func) or ""
             if name and (_DATA_SOURCE.search(name) or name.endswith("DataLoader") or qname.endswith("DataLoader")):
                 return True
+            # ``metric_logger.log_every(loader, 10)``, ``prefetch(loader)``: a call
+            # that receives the loader and is iterated yields its batches.
+            if name not in _NOT_BATCHES and any(
+                not a.keyword and not a.star and self.is_data_source(a.value) for a in node.args[:2]
+            ):
+                return True
             return False
         dotted = dotted_name(node)
         if dotted is None:
@@ -181,9 +296,12 @@ class ModuleFacts:
         name = dotted.rsplit(".", 1)[-1]
         return bool(_DATA_SOURCE.search(name))
 
-    def loader_for(self, node: cst.CSTNode) -> Optional[LoaderInfo]:
-        """The DataLoader whose batches iterating ``node`` yields, if visible."""
-        while isinstance(node, cst.Call) and last_name(node.func) in _PASS_THROUGH and node.args:
+    def loader_for(self, node: cst.CSTNode, function: Optional[FunctionInfo] = None, _depth: int = 0) -> Optional[LoaderInfo]:
+        """The DataLoader whose batches iterating ``node`` (in ``function``)
+        yields, if visible: a loader bound in the same scope, a module-level
+        one, one stored on ``self``, or, for a parameter, the loader every
+        call of the function in this module passes for it."""
+        while isinstance(node, cst.Call) and node.args and self.yields_first_argument(node):
             node = node.args[0].value
         if isinstance(node, cst.Call):
             for loader in self.loaders:
@@ -193,10 +311,110 @@ class ModuleFacts:
         dotted = dotted_name(node)
         if dotted is None:
             return None
-        matches = [l for l in self.loaders if l.target == dotted]
-        if not matches and dotted.startswith("self."):
-            matches = [l for l in self.loaders if l.target and l.target.split(".")[-1] == dotted.split(".")[-1]]
-        return matches[-1] if matches else None
+        if dotted.startswith("self."):
+            matches = [l for l in self.loaders if l.target == dotted]
+            if not matches:
+                matches = [l for l in self.loaders if l.target and l.target.split(".")[-1] == dotted.split(".")[-1]]
+            return matches[-1] if matches else None
+        same_scope = [l for l in self.loaders if l.target == dotted and l.function is function]
+        if same_scope:
+            return same_scope[-1]
+        if function is not None and dotted in function.params and _depth < 4:
+            passed = self._loader_passed_for(function, dotted, _depth)
+            if passed is not None or self._bound_by_a_call(function, dotted):
+                return passed
+            # No call in the module says what the parameter is: a loader that
+            # another file of the project passes for it, else a loader of the
+            # same name that a builder function of the module makes.
+            from torchlint import crossfile
+
+            passed = crossfile.loader_passed(self.path, function, dotted)
+            if passed is not None:
+                return passed
+            built = [l for l in self.loaders if l.target == dotted and l.function is not None]
+            return built[-1] if built else None
+        module_level = [l for l in self.loaders if l.target == dotted and l.function is None]
+        return module_level[-1] if module_level else None
+
+    def param_receives_tensor(self, function: Optional[FunctionInfo], param: str) -> bool:
+        """Does a call of ``function`` in this module pass a tensor for
+        ``param`` (``log_metrics(step, loss)`` with ``loss`` a model's loss)?"""
+        if function is None:
+            return False
+        for record in self.call_records:
+            if record.callee != function.name or record.imported or not record.tensors:
+                continue
+            value = record.bind(function.params).get(param)
+            if value is not None and id(value) in record.tensors:
+                return True
+        return False
+
+    def _bound_by_a_call(self, function: FunctionInfo, param: str) -> bool:
+        return any(
+            record.callee == function.name and not record.imported and param in record.bind(function.params)
+            for record in self.call_records
+        )
+
+    def _loader_passed_for(self, function: FunctionInfo, param: str, depth: int) -> Optional[LoaderInfo]:
+        """The loader bound to ``param`` at the calls of ``function``, when all
+        the calls that pass something visible agree."""
+        found: List[LoaderInfo] = []
+        for record in self.call_records:
+            if record.callee != function.name or record.imported:
+                continue
+            value = record.bind(function.params).get(param)
+            if value is None:
+                continue
+            loader = record.loaders.get(id(value))
+            if loader is None:
+                loader = self.loader_for(value, record.caller, depth + 1)
+            if loader is not None:
+                found.append(loader)
+        if not found:
+            return None
+        pinned = [l for l in found if l.pinned]
+        return pinned[0] if pinned else found[0]
+
+    def yields_first_argument(self, call: cst.Call) -> bool:
+        """Iterating ``call`` yields the items of its first argument:
+        ``enumerate(loader)``, ``tqdm(loader)``, ``log_every(loader, 10)``."""
+        name = last_name(call.func)
+        if name in _PASS_THROUGH:
+            return True
+        return name not in _NOT_BATCHES and not (name or "").endswith("DataLoader") and self.is_data_source(call.args[0].value)
+
+
+@dataclass(eq=False)
+class CallRecord:
+    """A call of a module function: its arguments, for binding to parameters."""
+
+    callee: str
+    call: cst.Call
+    caller: Optional[FunctionInfo]
+    # id(argument expression) -> the loader it evidently is, resolved at the call
+    loaders: Dict[int, LoaderInfo] = field(default_factory=dict)
+    method: bool = False  # ``self.fit(...)``: the first parameter is ``self``
+    imported: bool = False  # ``engine.fit(...)``: a function of another module
+    # ids of the arguments that are evidently tensors at the call
+    tensors: Set[int] = field(default_factory=set)
+
+    def bind(self, params: List[str]) -> Dict[str, cst.BaseExpression]:
+        """Parameter name -> argument expression, positional and keyword alike
+        (``*args``/``**kwargs`` arguments are not expanded)."""
+        bound: Dict[str, cst.BaseExpression] = {}
+        positional = params[1:] if self.method and params[:1] in (["self"], ["cls"]) else params
+        index = 0
+        for arg in self.call.args:
+            if arg.star:
+                if arg.star == "*":
+                    index = len(positional)
+                continue
+            if arg.keyword is not None:
+                bound[arg.keyword.value] = arg.value
+            elif index < len(positional):
+                bound[positional[index]] = arg.value
+                index += 1
+        return bound
 
 
 def is_dataloader_call(names: ImportTable, call: cst.Call) -> bool:

@@ -42,6 +42,9 @@ def _module_name(node: Union[cst.Attribute, cst.Name]) -> str:
 class ImportTable:
     def __init__(self) -> None:
         self.aliases: Dict[str, str] = {}
+        # ``from .engine import f`` -> {"f": ".engine.f"}: never a torch name,
+        # kept apart; the project index resolves them against the file.
+        self.relative: Dict[str, str] = {}
 
     def add(self, node: Union[cst.Import, cst.ImportFrom]) -> None:
         if isinstance(node, cst.Import):
@@ -53,15 +56,21 @@ class ImportTable:
                     head = full.split(".", 1)[0]
                     self.aliases[head] = head
             return
-        if node.relative or node.module is None:
-            return  # relative imports never name torch
-        module = _module_name(node.module)
         if isinstance(node.names, cst.ImportStar):
             return  # `from torch import *` binds names we cannot see
+        table = self.aliases
+        if node.relative:
+            dots = "." * len(node.relative)
+            prefix = f"{dots}{_module_name(node.module)}." if node.module is not None else dots
+            table = self.relative
+        elif node.module is not None:
+            prefix = _module_name(node.module) + "."
+        else:
+            return
         for alias in node.names:
             name = alias.name.value if isinstance(alias.name, cst.Name) else _module_name(alias.name)
             local = _asname(alias) if alias.asname is not None else name
-            self.aliases[local] = f"{module}.{name}"
+            table[local] = prefix + name
 
     def qualify(self, dotted: Optional[str]) -> Optional[str]:
         if not dotted:
@@ -74,6 +83,15 @@ class ImportTable:
 
     def qualified_name(self, node: cst.CSTNode) -> Optional[str]:
         return self.qualify(dotted_name(node))
+
+    def imported_name(self, node: cst.CSTNode) -> Optional[str]:
+        """Like ``qualified_name``, relative imports included (``.engine.fit``)."""
+        dotted = dotted_name(node)
+        head, _, rest = (dotted or "").partition(".")
+        full = self.relative.get(head)
+        if full is None:
+            return self.qualify(dotted)
+        return f"{full}.{rest}" if rest else full
 
     def imports_module(self, prefix: str) -> bool:
         return any(v == prefix or v.startswith(prefix + ".") for v in self.aliases.values())

@@ -39,7 +39,6 @@ _MODEL_CALLEE = re.compile(
     r"(?i)^(model|net|network|module|criterion|loss_fn|loss_func|lossfn|compute_loss|forward|encoder|decoder|"
     r"classifier|head|ddp_model|student|teacher|generator|discriminator)$|(model|net|criterion|_loss|loss_fn)$"
 )
-_TENSOR_NAME = re.compile(r"(?i)^(loss|losses|total_loss|.+_loss|loss_\w+|logits|outputs?|preds?|predictions|correct|grad_norm)$")
 _NUMPY = ("numpy.", "np.")
 # Predicates and getters named after a model return bools or modules, not tensors.
 _PREDICATE_CALLEE = re.compile(r"^_*(is|has|should|can|use|get|load|build|create|make|init)_")
@@ -86,6 +85,8 @@ def _call_evidence(ctx: "FileContext", call: cst.Call, seen) -> Optional[bool]:
         if qname.startswith("torch."):
             return None if _TORCH_NON_TENSOR.match(qname) else True
     if isinstance(func, cst.Name):
+        if func.value == "sum" and call.args:
+            return _sum_evidence(ctx, call.args[0].value, seen)
         if func.value in ("float", "int", "bool", "len", "str", "round", "sum", "max", "min", "abs", "range", "repr"):
             return False
         if _PREDICATE_CALLEE.match(func.value):
@@ -107,6 +108,18 @@ def _call_evidence(ctx: "FileContext", call: cst.Call, seen) -> Optional[bool]:
     return None
 
 
+def _sum_evidence(ctx: "FileContext", items: cst.BaseExpression, seen) -> Optional[bool]:
+    """Python's ``sum()`` of tensors is a tensor: ``sum(loss_dict.values())``,
+    ``sum(l for l in losses)``, ``sum([a, b])``; of anything else, unknown."""
+    if isinstance(items, cst.Call) and isinstance(items.func, cst.Attribute) and items.func.attr.value == "values":
+        return True if tensor_evidence(ctx, items.func.value, seen) is True else None
+    if isinstance(items, (cst.GeneratorExp, cst.ListComp)):
+        return True if tensor_evidence(ctx, items.elt, seen) is True else None
+    if isinstance(items, (cst.List, cst.Tuple)):
+        return True if any(tensor_evidence(ctx, e.value, seen) is True for e in items.elements) else None
+    return None
+
+
 def _name_evidence(ctx: "FileContext", expr: cst.BaseExpression, seen) -> Optional[bool]:
     name = dotted_name(expr)
     if name is None:
@@ -120,10 +133,7 @@ def _name_evidence(ctx: "FileContext", expr: cst.BaseExpression, seen) -> Option
             return None
         return tensor_evidence(ctx, value, seen)
     # Never assigned in this scope (a parameter, a global, an attribute):
-    # only a name that everybody uses for a tensor counts.
-    last = last_name(expr)
-    if last and _TENSOR_NAME.match(last) and not name.startswith("self."):
-        return True
+    # its name alone is no evidence (``if with_loss:`` is a bool).
     return None
 
 
@@ -132,6 +142,61 @@ def reads_host(call: cst.Call) -> Optional[str]:
     if isinstance(call.func, cst.Attribute) and call.func.attr.value in HOST_READS and not call.args:
         return call.func.attr.value
     return None
+
+
+# Factories that build a tensor on the host unless given ``device=``.
+_HOST_FACTORIES = re.compile(
+    r"^torch\.(zeros|ones|empty|full|tensor|as_tensor|arange|linspace|logspace|rand|randn|randint|randperm|eye|from_numpy|"
+    r"stack|cat)$"
+)
+
+
+def lives_on_host(ctx: "FileContext", expr: cst.BaseExpression, _depth: int = 0) -> bool:
+    """Is ``expr`` evidently a tensor in host memory, so that reading it
+    (``.numpy()``, ``.item()``) waits for nothing? ``torch.from_numpy(...)``,
+    a factory without ``device=``, a ``.cpu()`` result, a part of a loader's
+    batch not yet moved, and tensor methods and names followed back to one.
+    False when unknown."""
+    if _depth > 6:
+        return False
+    if already_on_host(expr):
+        return True
+    if isinstance(expr, cst.Call):
+        qname = ctx.names.qualified_name(expr.func)
+        if qname is not None and _HOST_FACTORIES.match(qname):
+            if qname in ("torch.stack", "torch.cat"):
+                first = expr.args[0].value if expr.args else None
+                return isinstance(first, (cst.List, cst.Tuple)) and bool(first.elements) and all(
+                    lives_on_host(ctx, e.value, _depth + 1) for e in first.elements
+                )
+            return not any(a.keyword is not None and a.keyword.value == "device" for a in expr.args)
+        if isinstance(expr.func, cst.Attribute):
+            method = expr.func.attr.value
+            if method in ("to", "cuda"):
+                return device_move(ctx, expr) == "cpu"
+            if method in _TENSOR_METHODS:
+                return lives_on_host(ctx, expr.func.value, _depth + 1)
+        # In an inference client (a file that never names a device and never
+        # trains), a model fed only host tensors runs on the host:
+        # ``model(images).numpy()``.
+        inputs = [a.value for a in expr.args if a.keyword is None and not a.star]
+        return (
+            bool(inputs)
+            and qname is None
+            and ctx.host_only
+            and tensor_evidence(ctx, expr) is True
+            and all(lives_on_host(ctx, value, _depth + 1) for value in inputs)
+        )
+    if isinstance(expr, cst.Subscript):
+        return lives_on_host(ctx, expr.value, _depth + 1)
+    if isinstance(expr, (cst.Name, cst.Attribute)):
+        origin = ctx.batches.origin_of(expr)
+        if origin is not None and origin.kind != "pinned":
+            return True  # batch data straight from the loader: host memory
+        value = ctx.value_of(dotted_name(expr))
+        if value is not None and not (isinstance(value, cst.Name) and value.value == "__unpacked__"):
+            return lives_on_host(ctx, value, _depth + 1)
+    return False
 
 
 def already_on_host(expr: cst.BaseExpression) -> bool:
@@ -174,6 +239,10 @@ def device_kind(ctx: "FileContext", expr: cst.BaseExpression) -> Optional[str]:
         qname = ctx.names.qualified_name(expr.func)
         if qname == "torch.device" and expr.args:
             return device_kind(ctx, expr.args[0].value)
+        # ``dist_util.dev()``, ``get_device()``: a helper that hands back the device
+        callee = last_name(expr.func)
+        if not expr.args and callee in ("dev", "device", "get_device", "current_device", "default_device"):
+            return "device"
         return None
     if isinstance(expr, cst.Attribute) and expr.attr.value == "device":
         return "device"  # ``other.device``: wherever another tensor lives

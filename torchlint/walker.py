@@ -136,6 +136,9 @@ class Walker:
             self._children(node, _child_fields(node_type))
         if node_type in self.leaves:
             self._dispatch(self.leaves, node_type, node)
+        leave_hook = _ENGINE_LEAVE_HOOKS.get(node_type)
+        if leave_hook is not None:
+            leave_hook(ctx, node)
         ctx.stack.pop()
 
     def _children(self, node: cst.CSTNode, fields: Sequence[str]) -> None:
@@ -204,4 +207,12 @@ _ENGINE_HOOKS: Dict[type, Callable[[FileContext, cst.CSTNode], None]] = {
     cst.With: FileContext.enter_with,
     cst.If: FileContext.enter_if,
     cst.Assert: FileContext.enter_assert,
+    cst.ListComp: FileContext.enter_comprehension,
+    cst.SetComp: FileContext.enter_comprehension,
+    cst.DictComp: FileContext.enter_comprehension,
+    cst.GeneratorExp: FileContext.enter_comprehension,
+}
+# After the rules' ``leave_`` methods, so they see the bindings of before the node.
+_ENGINE_LEAVE_HOOKS: Dict[type, Callable[[FileContext, cst.CSTNode], None]] = {
+    cst.Assign: FileContext.leave_assign,
 }

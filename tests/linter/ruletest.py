@@ -18,8 +18,8 @@ def options_for(code: str, rule_options: Optional[Dict[str, Any]] = None, target
     )
 
 
-def lint(code: str, source: str, **kwargs):
-    out = lint_text(source, "example.py", options_for(code, **kwargs))
+def lint(code: str, source: str, path: str = "example.py", **kwargs):
+    out = lint_text(source, path, options_for(code, **kwargs))
     assert not out.errors, "\n".join(str(e) for e in out.errors)
     return out.diagnostics
 

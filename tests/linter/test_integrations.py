@@ -105,7 +105,7 @@ def test_flake8_reports_the_same_findings_as_torchlint():
 
 def test_flake8_plugin_options_and_opt_in_rules(tmp_path):
     source = tmp_path / "m.py"
-    source.write_text("import torch\nfor batch in loader:\n    loss = model(batch)\n    print(loss.item())\n")
+    source.write_text("import torch\nfor batch in loader:\n    loss = model(batch.cuda())\n    print(loss.item())\n")
     base = [str(BIN / "flake8"), "--select", "TL", str(source)]
     out = subprocess.run(base, capture_output=True, text=True)
     assert ":4:11: TL101 " in out.stdout

@@ -24,6 +24,18 @@ SNIPPETS = [
     """
     from torch.utils.data import DataLoader
     loader = DataLoader(ds{pin})
+    for x, y in loader:
+        x = x.detach().to(device)
+    """,
+    """
+    from torch.utils.data import DataLoader
+    loader = DataLoader(ds{pin})
+    for batch in loader:
+        moved = {{t.to(device) for t in batch}}
+    """,
+    """
+    from torch.utils.data import DataLoader
+    loader = DataLoader(ds{pin})
     it = iter(loader)
     for step in range(100):
         images, labels = next(it)
