@@ -250,7 +250,9 @@ def _memory_svg(reports: Sequence[Dict[str, Any]], ranks: Sequence[str]) -> str:
             parts.append(f'<rect class="segment-mark" x="{scale.x(t) - 3}" y="{bottom + 4}" width="6" height="8">'
                          f'<title>{added} new segment(s), reserved +{_mib(nbytes)}, seen at {_e(_where(file, line))} '
                          f'(step {step})</title></rect>')
-        for t, reason, category, free_bytes, step in timeline.get("snapshots", []):
+        # The fragmented peak: of the snapshots judged fragmented, the one with the most free-but-unusable bytes.
+        fragmented = [row for row in timeline.get("snapshots", []) if row[2]]
+        for t, reason, category, free_bytes, step in sorted(fragmented, key=lambda row: row[3] or 0)[-1:]:
             if category:
                 reserved = _reserved_at(rows, t)
                 parts.append(f'<circle class="frag-peak-mark" cx="{scale.x(t)}" cy="{y(reserved)}" r="8"><title>'
