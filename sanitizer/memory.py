@@ -530,6 +530,12 @@ class MemoryCheck:
     def _note_waste(
         self, waste: "frag.NewSegmentWaste", site: List[Frame], record, stats: AllocatorStats, exact: bool = False
     ) -> None:
+        # The snapshot judge's floors apply here too: a warm-up step that maps a
+        # segment while a few MiB sit free in split blocks is the cache at work,
+        # not the waste worth a finding (docs/sanitizer-memory.md).
+        floor = max(self.thresholds.min_free_bytes, self.thresholds.min_free_fraction * stats.reserved)
+        if waste.pool_free < floor:
+            return
         top = site[0] if site else None
         key = (top.file if top else None, top.line if top else None)
         event = self._waste.get(key)
