@@ -249,7 +249,7 @@ def _check(args: argparse.Namespace) -> int:
         jobs.append(Job(path, settings.file_options(path), mode, settings.unsafe_fixes(config), settings.fixable(config), args.add_noqa or None))
     workers = args.jobs if args.jobs is not None else default_workers()
     results = run(jobs, max(1, workers))
-    results.extend(FileResult(path, [syntax_error(path, f"{reason} (os error 2)")]) for path, reason in missing)
+    results.extend(FileResult(path, [syntax_error(path, reason)]) for path, reason in missing)
     unsafe = settings.unsafe_fixes(settings.config_for(os.path.join(os.getcwd(), "x.py")))
     return _finish(args, results, mode, unsafe, sys.stdout)
 

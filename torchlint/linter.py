@@ -1,11 +1,12 @@
 """Lint one source text: parse once, walk once for all rules, place findings."""
 from __future__ import annotations
 
-import ast
+import sys
+import threading
 import traceback
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Type
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Type, TypeVar
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
@@ -16,6 +17,9 @@ from torchlint.registry import SyntaxErrorRule
 from torchlint.source import split_lines
 from torchlint.rule import Diagnostic, Edit, Fix, ResolvedEdit, ResolvedFix, Rule
 from torchlint.walker import Walker, build_dispatch
+
+
+_T = TypeVar("_T")
 
 
 @dataclass
@@ -60,37 +64,47 @@ def syntax_error(path: str, message: str, row: int = 1, column: int = 1) -> Diag
 
 
 def lint_text(text: str, path: str, options: FileOptions) -> LintOutput:
+    # CPython's compiler decides what is a syntax error (TL000), and it runs
+    # first: libcst's native parser can crash the process on input CPython
+    # rejects (~1,300 nested parentheses), and compiling costs a seventh of
+    # a libcst parse.
+    errors = python_syntax_errors(text, path)
+    if errors:
+        return LintOutput(errors, [], False)
     rules = [r for r in options.rules if r is not SyntaxErrorRule and _may_fire(r, text)]
     if not rules:
-        # No rule can fire here; still report a file Python would not compile.
-        return LintOutput(_ast_syntax_errors(text, path), [], False)
+        return LintOutput([], [], False)
+    try:
+        return with_deep_stack(_lint_module, text, path, options, rules)
+    except RecursionError:
+        return LintOutput([], [InternalError(path, "engine", "file too deeply nested to analyse")], True)
+
+
+def _lint_module(text: str, path: str, options: FileOptions, rules: Sequence[Type[Rule]]) -> LintOutput:
     try:
         module = cst.parse_module(text)
-    except cst.ParserSyntaxError as exc:
-        # Python's own parser places and words errors better than libcst's.
-        better = _ast_syntax_errors(text, path)
-        return LintOutput(better or [syntax_error(path, f"SyntaxError: {exc.message}", exc.raw_line, exc.raw_column + 1)], [], False)
-    except RecursionError:
-        return LintOutput([syntax_error(path, "SyntaxError: too deeply nested to parse")], [], False)
+    except cst.ParserSyntaxError as exc:  # CPython compiled it; libcst's grammar lags behind
+        return LintOutput([syntax_error(path, f"SyntaxError: {exc.message} (libcst cannot parse this)", exc.raw_line, exc.raw_column + 1)], [], False)
 
     ctx = FileContext(path, text, module, options.target_torch)
     instances = [rule(ctx, {**rule.option_defaults(), **options.rule_options.get(rule.code, {})}) for rule in rules]
     failed: Dict[Rule, InternalError] = {}
 
     def on_error(method, exc: BaseException) -> None:
+        if isinstance(exc, RecursionError):
+            raise exc  # the file is too deep for this stack, not a rule's fault
         rule = method.__self__
         failed.setdefault(rule, InternalError(path, rule.code, "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))))
 
     visits, leaves = build_dispatch(instances)
-    try:
-        Walker(ctx, visits, leaves, on_error).walk(module)
-    except RecursionError:
-        return LintOutput([], [InternalError(path, "engine", "file too deeply nested to analyse")], True)
+    Walker(ctx, visits, leaves, on_error).walk(module)
     for instance in instances:
         if instance in failed:
             continue
         try:
             instance.finish()
+        except RecursionError:
+            raise
         except Exception:
             failed[instance] = InternalError(path, instance.code, traceback.format_exc())
 
@@ -102,19 +116,65 @@ def lint_text(text: str, path: str, options: FileOptions) -> LintOutput:
     return LintOutput(diagnostics, list(failed.values()), True)
 
 
+# Deep but valid code (an ``elif`` chain of 1,000 branches, a sum of 1,000
+# terms) nests the tree as deep as CPython compiles, about 3,000 levels; the
+# walk, the rules and libcst's metadata recurse a few frames per level. That
+# needs more than the default recursion limit and stack, so the analysis runs
+# on a thread of its own with room for it.
+_DEEP_RECURSION_LIMIT = 60_000
+_DEEP_STACK_BYTES = 512 * 1024 * 1024  # address space; only the pages used are committed
+
+
+def with_deep_stack(function: Callable[..., _T], *args: Any) -> _T:
+    outcome: List[Any] = []
+
+    def target() -> None:
+        try:
+            outcome.append((True, function(*args)))
+        except BaseException as exc:  # handed to the calling thread
+            outcome.append((False, exc))
+
+    with _DEEP_STACK_LOCK:
+        previous_stack = threading.stack_size(_DEEP_STACK_BYTES)
+        try:
+            thread = threading.Thread(target=target, name="torchlint-lint")
+            thread.start()
+        finally:
+            threading.stack_size(previous_stack)
+    previous_limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(previous_limit, _DEEP_RECURSION_LIMIT))
+    try:
+        thread.join()
+    finally:
+        sys.setrecursionlimit(previous_limit)
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    return value
+
+
+_DEEP_STACK_LOCK = threading.Lock()
+
+
 def _may_fire(rule: Type[Rule], text: str) -> bool:
     return not rule.requires_any or any(token in text for token in rule.requires_any)
 
 
-def _ast_syntax_errors(text: str, path: str) -> List[Diagnostic]:
+def python_syntax_errors(text: str, path: str) -> List[Diagnostic]:
+    """What CPython's compiler rejects, placed and worded by CPython. Compiling
+    (not just parsing) also catches ``return`` outside a function and the like."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # invalid escape sequences and the like
-            ast.parse(text, filename=path)
-    except SyntaxError as exc:
-        return [syntax_error(path, f"SyntaxError: {exc.msg}", exc.lineno or 1, exc.offset or 1)]
-    except (ValueError, RecursionError) as exc:
+            compile(text, path, "exec", dont_inherit=True)
+    except SyntaxError as exc:  # IndentationError and TabError included
+        return [syntax_error(path, f"{type(exc).__name__}: {exc.msg}", exc.lineno or 1, exc.offset or 1)]
+    except ValueError as exc:  # null bytes, before Python 3.12
         return [syntax_error(path, f"SyntaxError: {exc}")]
+    except RecursionError:
+        return [syntax_error(path, "SyntaxError: too deeply nested for Python's compiler")]
+    except MemoryError:
+        return [syntax_error(path, "SyntaxError: too large or too deeply nested for Python's compiler")]
     return []
 
 
