@@ -5,9 +5,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional, Sequence, Tuple
 
-import libcst as cst
-
-from torchlint.linter import FileOptions, LintOutput, lint_text
+from torchlint.linter import FileOptions, LintOutput, lint_text, why_unparsable
 from torchlint.source import split_lines
 from torchlint.rule import SAFE, UNSAFE, ResolvedEdit, ResolvedFix
 
@@ -43,10 +41,8 @@ def fix_text(
         if not candidates:
             return FixResult(text, applied, output)
         new_text, codes = apply_fixes(text, candidates)
-        try:
-            cst.parse_module(new_text)
-        except Exception as exc:  # the result must parse, or nothing is written
-            message = getattr(exc, "message", str(exc)).splitlines()[0]
+        message = why_unparsable(new_text)
+        if message is not None:  # the result must parse, or nothing is written
             return FixResult(original, Counter(), lint_text(original, path, options), f"a fix produced code that does not parse ({message}); file left unchanged")
         text = new_text
         applied.update(codes)

@@ -1,14 +1,18 @@
 """Lint one source text: parse once, walk once for all rules, place findings."""
 from __future__ import annotations
 
+import io
+import re
 import sys
 import threading
+import tokenize
 import traceback
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Type, TypeVar
 
 import libcst as cst
+from libcst._nodes.internal import CodegenState
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from torchlint import noqa
@@ -81,6 +85,7 @@ def lint_text(text: str, path: str, options: FileOptions) -> LintOutput:
 
 
 def _lint_module(text: str, path: str, options: FileOptions, rules: Sequence[Type[Rule]]) -> LintOutput:
+    text = text_for_libcst(text)
     try:
         module = cst.parse_module(text)
     except cst.ParserSyntaxError as exc:  # CPython compiled it; libcst's grammar lags behind
@@ -156,6 +161,48 @@ def with_deep_stack(function: Callable[..., _T], *args: Any) -> _T:
 _DEEP_STACK_LOCK = threading.Lock()
 
 
+_BACKSLASH_ONLY_LINE = re.compile(r"^[ \t\f]*\\(?:\r\n|\r|\n)", re.MULTILINE)
+
+
+def text_for_libcst(text: str) -> str:
+    """``text`` with each line that holds only a backslash continuation made
+    blank. libcst drops such a line from its tree (it does not round-trip
+    them), so every position after it would be one line off: findings on the
+    wrong line, ``# noqa`` missed, fixes refused. A blank line keeps the line
+    count, and the lines joined to it keep their meaning. The line after it
+    takes its indentation, which is what Python reads as the statement's."""
+    if not _BACKSLASH_ONLY_LINE.search(text):
+        return text
+    inside_tokens = set()  # lines within multi-line strings: content, not code
+    for token in tokenize.generate_tokens(io.StringIO(text).readline):
+        if token.start[0] != token.end[0] and token.type not in (tokenize.NL, tokenize.NEWLINE):
+            inside_tokens.update(range(token.start[0] + 1, token.end[0] + 1))
+    lines = split_lines(text)
+    for index, line in enumerate(lines):
+        if index + 1 in inside_tokens or not _BACKSLASH_ONLY_LINE.fullmatch(line):
+            continue
+        lines[index] = line[len(line.rstrip("\r\n")) :]
+        if index + 1 < len(lines) and index + 2 not in inside_tokens:
+            indent = line[: len(line) - len(line.lstrip(" \t\f"))]
+            following = lines[index + 1]
+            lines[index + 1] = indent + following.lstrip(" \t\f")
+    return "".join(lines)
+
+
+def why_unparsable(text: str) -> Optional[str]:
+    """None when both CPython and libcst parse ``text``, else why not. The
+    check fixes must pass before anything is written; CPython goes first,
+    since libcst can crash on what CPython rejects."""
+    errors = python_syntax_errors(text, "<fixed>")
+    if errors:
+        return errors[0].message
+    try:
+        with_deep_stack(cst.parse_module, text_for_libcst(text))
+    except Exception as exc:
+        return getattr(exc, "message", str(exc)).splitlines()[0]
+    return None
+
+
 def _may_fire(rule: Type[Rule], text: str) -> bool:
     return not rule.requires_any or any(token in text for token in rule.requires_any)
 
@@ -181,7 +228,6 @@ def python_syntax_errors(text: str, path: str) -> List[Diagnostic]:
 def _place(reports, module: cst.Module, text: str, path: str) -> List[Diagnostic]:
     positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
     lines = split_lines(text)
-    newline = module.default_newline
     diagnostics = []
     for rule, node, message, fix in reports:
         where = positions[node]
@@ -195,7 +241,7 @@ def _place(reports, module: cst.Module, text: str, path: str) -> List[Diagnostic
                 column=where.start.column + 1,
                 end_row=where.end.line,
                 end_column=where.end.column + 1,
-                fix=_resolve_fix(fix, positions, lines, newline) if fix is not None else None,
+                fix=_resolve_fix(fix, positions, lines, module) if fix is not None else None,
                 noqa_row=where.start.line,
             )
         )
@@ -203,11 +249,11 @@ def _place(reports, module: cst.Module, text: str, path: str) -> List[Diagnostic
     return diagnostics
 
 
-def _resolve_fix(fix: Fix, positions, lines: List[str], newline: str) -> ResolvedFix:
-    return ResolvedFix(fix.applicability, fix.message, tuple(_resolve_edit(e, positions, lines, newline) for e in fix.edits))
+def _resolve_fix(fix: Fix, positions, lines: List[str], module: cst.Module) -> ResolvedFix:
+    return ResolvedFix(fix.applicability, fix.message, tuple(_resolve_edit(e, positions, lines, module) for e in fix.edits))
 
 
-def _resolve_edit(edit: Edit, positions, lines: List[str], newline: str) -> ResolvedEdit:
+def _resolve_edit(edit: Edit, positions, lines: List[str], module: cst.Module) -> ResolvedEdit:
     if edit.node is None:
         assert edit.start is not None and edit.end is not None
         return ResolvedEdit(edit.content, edit.start, edit.end)
@@ -216,5 +262,43 @@ def _resolve_edit(edit: Edit, positions, lines: List[str], newline: str) -> Reso
         row = where.start.line
         line = lines[row - 1] if row - 1 < len(lines) else ""
         indent = line[: len(line) - len(line.lstrip(" \t"))]
-        return ResolvedEdit(f"{indent}{edit.content}{newline}", (row, 0), (row, 0))
-    return ResolvedEdit(edit.content, (where.start.line, where.start.column), (where.end.line, where.end.column))
+        return ResolvedEdit(f"{indent}{edit.content}{module.default_newline}", (row, 0), (row, 0))
+    start, end = (where.start.line, where.start.column), (where.end.line, where.end.column)
+    content = edit.content
+    if edit.new_node is not None:
+        content = _code_in_place(module, edit.node, edit.new_node, _text_between(lines, start, end), lines[start[0] - 1])
+    return ResolvedEdit(content, start, end)
+
+
+def _code_for(module: cst.Module, node: cst.CSTNode, block_indent: str) -> str:
+    """``module.code_for_node`` as if the node sat in a block indented by
+    ``block_indent``: libcst indents a continuation line inside brackets by
+    the enclosing blocks' indentation, which a node generated on its own lacks."""
+    state = CodegenState(default_indent=module.default_indent, default_newline=module.default_newline, indent_tokens=[block_indent] if block_indent else [])
+    node._codegen(state)
+    return "".join(state.tokens)
+
+
+def _code_in_place(module: cst.Module, old: cst.CSTNode, new: cst.CSTNode, old_text: str, start_line: str) -> str:
+    """The code of ``new`` replacing ``old`` (whose source is ``old_text``),
+    with the original layout of continuation lines. The block's indentation
+    is read off ``old``: each continuation line libcst indents is that
+    indentation plus what the node's own code has."""
+    if getattr(old, "lpar", None):
+        old = old.with_changes(lpar=[], rpar=[])  # positions exclude a node's own parentheses
+    plain = split_lines(_code_for(module, old, ""))
+    block_indent = None
+    for source_line, generated in zip(split_lines(old_text)[1:], plain[1:]):
+        source_line, generated = source_line.rstrip("\r\n"), generated.rstrip("\r\n")
+        if source_line != generated and generated and source_line.endswith(generated):
+            block_indent = source_line[: len(source_line) - len(generated)]
+            break
+    if block_indent is None:  # no indented continuation line to learn from: the statement's line
+        block_indent = start_line[: len(start_line) - len(start_line.lstrip(" \t"))]
+    return _code_for(module, new, block_indent)
+
+
+def _text_between(lines: List[str], start: Tuple[int, int], end: Tuple[int, int]) -> str:
+    if start[0] == end[0]:
+        return lines[start[0] - 1][start[1] : end[1]]
+    return lines[start[0] - 1][start[1] :] + "".join(lines[start[0] : end[0] - 1]) + lines[end[0] - 1][: end[1]]

@@ -8,11 +8,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
-import libcst as cst
-
 from torchlint import source as sources
 from torchlint.fixer import fix_text, is_applicable
-from torchlint.linter import FileOptions, InternalError, LintOutput, lint_text, syntax_error
+from torchlint.linter import FileOptions, InternalError, LintOutput, lint_text, syntax_error, why_unparsable
 from torchlint.rule import Diagnostic
 from torchlint.workers import run_isolated
 
@@ -153,9 +151,7 @@ def add_noqa(text: str, diagnostics: Iterable[Diagnostic], reason: Optional[str]
         lines[row - 1] = body + ending
         added += len(codes)
     new_text = "".join(lines)
-    try:
-        cst.parse_module(new_text)
-    except Exception:
+    if added and why_unparsable(new_text) is not None:
         return text, 0, "adding noqa comments would break the file (a finding inside a multi-line string?); left unchanged"
     return new_text, added, None
 
