@@ -60,8 +60,11 @@ def apply_fixes(text: str, fixes: Sequence[Tuple[str, ResolvedFix]]) -> Tuple[st
             continue
         taken.extend(spans)
         codes.append(code)
+    # Back to front, so earlier offsets stay valid; insertions at one point
+    # land in the order their fix lists them (`import torch`, then the decorator).
+    ordered = sorted(enumerate(taken), key=lambda item: (item[1][0], item[1][1], item[0]), reverse=True)
     result = text
-    for start, end, edit in sorted(taken, key=lambda s: (s[0], s[1]), reverse=True):
+    for _, (start, end, edit) in ordered:
         result = result[:start] + edit.content + result[end:]
     return result, codes
 
