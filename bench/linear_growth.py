@@ -15,6 +15,7 @@ Shapes:
   findings   one batch loop holding n `x = batch.item()` lines (n findings)
   clean      n lines of ordinary training code with no findings
   functions  many small functions, each with a batch loop and a finding
+  literal    one data literal spanning the file (a 5 MB one is ~130k lines)
 """
 from __future__ import annotations
 
@@ -70,7 +71,13 @@ def functions(lines: int) -> str:
     return "import torch\n\n" + "".join(_FUNCTION_WITH_FINDING.format(i=i) for i in range(max(1, lines // per)))
 
 
-SHAPES = {"findings": findings, "clean": clean, "functions": functions}
+def literal(lines: int) -> str:
+    """One data literal of n lines: a single statement as large as the file."""
+    rows = "".join(f'    [{i}, {i * 0.5}, "name_{i}", {{"k": {i}}}],\n' for i in range(max(1, lines - 3)))
+    return "import torch\nWEIGHTS = [\n" + rows + "]\n"
+
+
+SHAPES = {"findings": findings, "clean": clean, "functions": functions, "literal": literal}
 
 
 def measure(path: str) -> tuple:

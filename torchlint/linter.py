@@ -1,6 +1,7 @@
 """Lint one source text: parse once, walk once for all rules, place findings."""
 from __future__ import annotations
 
+import ast
 import contextlib
 import gc
 import io
@@ -213,6 +214,34 @@ def text_for_libcst(text: str) -> str:
     return "".join(lines)
 
 
+def _compile_in_pieces(text: str, path: str) -> None:
+    """``compile(text)``, in time linear in the file. CPython's compiler is
+    superlinear on some large modules (a 200k-line file of small functions
+    took 31 s against 1.3 s for 50k lines), so the file is parsed whole and
+    then the source of each top-level statement is compiled on its own: the
+    same errors, since every compile-time check but one stays inside a
+    statement. The one that does not, ``from __future__`` imports coming
+    first, is compiled with the statements before it. (Compiling the parsed
+    tree instead would reject deep expressions that CPython compiles from
+    source.)"""
+    tree = compile(text, path, "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+    body = tree.body
+    if not body:
+        return
+    lines = split_lines(text)
+    starts = [min([s.lineno] + [d.lineno for d in getattr(s, "decorator_list", ())]) for s in body]
+    last_future = max((i for i, s in enumerate(body) if isinstance(s, ast.ImportFrom) and s.module == "__future__"), default=-1)
+    pieces = [(1, body[last_future].end_lineno)] if last_future >= 0 else []
+    pieces += [(starts[i], statement.end_lineno) for i, statement in enumerate(body) if i > last_future]
+    for first, last in pieces:
+        try:
+            compile("".join(lines[first - 1 : last]), path, "exec", dont_inherit=True)
+        except SyntaxError as exc:
+            if exc.lineno is not None:
+                exc.lineno += first - 1
+            raise
+
+
 def why_unparsable(text: str) -> Optional[str]:
     """None when both CPython and libcst parse ``text``, else why not. The
     check fixes must pass before anything is written; CPython goes first,
@@ -237,7 +266,7 @@ def python_syntax_errors(text: str, path: str) -> List[Diagnostic]:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # invalid escape sequences and the like
-            compile(text, path, "exec", dont_inherit=True)
+            _compile_in_pieces(text, path)
     except SyntaxError as exc:  # IndentationError and TabError included
         return [syntax_error(path, f"{type(exc).__name__}: {exc.msg}", exc.lineno or 1, exc.offset or 1)]
     except ValueError as exc:  # null bytes, before Python 3.12

@@ -150,14 +150,18 @@ def test_nested_parentheses_agree_with_cpython_and_cost_one_file(tree, depth, jo
     [
         ("def f():\n    pass\nreturn 1\n", "'return' outside function"),
         ("for x in y:\n    pass\nbreak\n", "'break' outside loop"),
-        ("x = 1\0\n", "null bytes"),
         ("def f(a, a):\n    pass\n", "duplicate argument"),
+        ("import os\nfrom __future__ import annotations\n", "from __future__ imports must occur at the beginning"),
+        ("import os\n\n\n@dec\ndef f():\n    x = 1\n    global x\n", "assigned to before global declaration"),
     ],
 )
 def test_syntax_errors_are_what_cpython_compile_says(tree, capsys, source, message):
     (tree / "bad.py").write_text(source)
     code, out, _ = run_cli(capsys, ".")
-    assert "bad.py:" in out and "TL000" in out and message in out
+    with pytest.raises(SyntaxError) as cpython:
+        compile(source, "bad.py", "exec")
+    assert f"bad.py:{cpython.value.lineno}:" in out  # CPython's line, though files are compiled in pieces
+    assert "TL000" in out and message in out
     assert GOOD_FINDING in out and code == 1
 
 
@@ -213,3 +217,9 @@ def test_non_utf8_pyproject_names_the_file(tree):
     assert result.returncode == 2
     assert len(result.stderr.strip().splitlines()) == 1
     assert "pyproject.toml: not UTF-8" in result.stderr
+
+
+def test_null_bytes_are_a_syntax_error(tree, capsys):
+    (tree / "bad.py").write_text("x = 1\0\n")
+    code, out, _ = run_cli(capsys, ".")
+    assert "bad.py:1:1: TL000" in out and "null bytes" in out and GOOD_FINDING in out and code == 1
