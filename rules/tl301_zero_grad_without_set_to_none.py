@@ -104,7 +104,9 @@ class ZeroGradWithoutSetToNone(Rule):
     the fix is unsafe: the author chose zeros, and code that reads `.grad`
     elsewhere (a helper, a hook), or an optimizer that treats a zero gradient
     differently from a missing one (it skips the step for `None`), can
-    change behaviour. For a plain `zero_grad()` under a target PyTorch below
+    change behaviour. No fix is offered where the module updates a gradient
+    in place (`p.grad += g`, `p.grad.add_(g)`, `p.grad.data`): that code
+    would raise on a gradient set to `None`. For a plain `zero_grad()` under a target PyTorch below
     2.0 the fix is safe: it makes the call do what it does by default from
     PyTorch 2.0 on, and the rule already stays silent where the code reads
     `.grad` before the next backward pass.
@@ -321,6 +323,9 @@ class ZeroGradWithoutSetToNone(Rule):
         self.loop_ranges: Dict[int, List[int]] = {}
         # loop/comprehension target -> the name of what it iterates (`for opt in optimizers`)
         self.element_of: Dict[str, str] = {}
+        # `p.grad += g`, `p.grad.add_(g)` somewhere in the module: code that
+        # crashes on a gradient set to None, so no set_to_none=True fix here
+        self.grad_updated_in_place = False
 
     def _next(self) -> int:
         self.seq += 1
@@ -384,6 +389,8 @@ class ZeroGradWithoutSetToNone(Rule):
         if node.attr.value != "grad":
             return
         parent = self.ctx.stack[-2] if len(self.ctx.stack) > 1 else None
+        if _updates_in_place(node, parent, self.ctx.stack[-3] if len(self.ctx.stack) > 2 else None):
+            self.grad_updated_in_place = True
         if isinstance(parent, cst.AssignTarget):
             return  # `p.grad = None` writes, it does not read
         if self.ctx.qualified_name(node) in _GRAD_FUNCTIONS:
@@ -466,7 +473,10 @@ class ZeroGradWithoutSetToNone(Rule):
                 )
                 arg = candidate.explicit
                 edit = self.ctx.replace(arg.value, "True" if arg.keyword is not None else "set_to_none=True")
-                self.report(call, message, self.ctx.fix(UNSAFE, "Pass `set_to_none=True`", edit))
+                if self.grad_updated_in_place:  # the fix would turn that code into a crash on None
+                    self.report(call, message)
+                else:
+                    self.report(call, message, self.ctx.fix(UNSAFE, "Pass `set_to_none=True`", edit))
             else:
                 message = (
                     f"`{receiver}.zero_grad()` zeroes the gradients instead of setting them to `None` on the "
@@ -513,6 +523,21 @@ class ZeroGradWithoutSetToNone(Rule):
 
 
 _TIGHT_EQUAL = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
+
+
+_IN_PLACE_TENSOR_METHODS = frozenset({"add_", "sub_", "mul_", "div_", "copy_", "zero_", "fill_", "clamp_", "addcmul_", "addcdiv_", "lerp_"})
+
+
+def _updates_in_place(grad: cst.Attribute, parent: Optional[cst.CSTNode], grandparent: Optional[cst.CSTNode]) -> bool:
+    """``x.grad += g`` or ``x.grad.add_(g)`` (``x.grad.data.add_`` too): code
+    that needs the gradient to exist, and raises on ``None``."""
+    if isinstance(parent, cst.AugAssign) and parent.target is grad:
+        return True
+    if isinstance(parent, cst.Attribute) and parent.value is grad:
+        if parent.attr.value in _IN_PLACE_TENSOR_METHODS and isinstance(grandparent, cst.Call):
+            return True
+        return parent.attr.value == "data"  # `p.grad.data` fails on None whatever follows
+    return False
 
 
 def _receiver_last_names(expr: cst.BaseExpression) -> List[str]:

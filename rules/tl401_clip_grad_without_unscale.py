@@ -611,7 +611,8 @@ class ClipGradWithoutUnscale(Rule):
             step = next((e for e in on_path_after if e.kind == STEP and e.scaler == scaler), None)
             if step is None or any(e.kind == SCALE for e in on_path_after[: on_path_after.index(step)]):
                 return
-            self._report_before_step(clip, scaler, step, on_path_after)
+            since_scale = before[next(i for i in range(len(before) - 1, -1, -1) if before[i] is last) + 1 :]
+            self._report_before_step(clip, scaler, step, on_path_after, _earlier_clip_on_path(clip, since_scale))
         elif last is not None and last.kind == STEP:
             scaler = last.scaler
             following = [e for e in on_path_after if e.scaler == scaler]
@@ -628,9 +629,9 @@ class ClipGradWithoutUnscale(Rule):
             if scaler is not None and self._lookup(self.scalers, scope, scaler) and scaler in scaled_anywhere:
                 if any(e.kind == SCALE for e in on_path_after[: on_path_after.index(next_step)]):
                     return
-                self._report_before_step(clip, scaler, next_step, on_path_after)
+                self._report_before_step(clip, scaler, next_step, on_path_after, _earlier_clip_on_path(clip, before))
 
-    def _report_before_step(self, clip: _Event, scaler: str, step: _Event, after: List[_Event]) -> None:
+    def _report_before_step(self, clip: _Event, scaler: str, step: _Event, after: List[_Event], earlier_clip: bool) -> None:
         steps = [e for e in after if e.kind == STEP and e.scaler == scaler]
         cycle_end = next((i for i, e in enumerate(after) if e.kind == SCALE), len(after))
         cycle_steps = [e for e in after[:cycle_end] if e.kind == STEP and e.scaler == scaler] or steps[:1]
@@ -642,8 +643,12 @@ class ClipGradWithoutUnscale(Rule):
         )
         line = f"{scaler}.unscale_({optimizer or 'optimizer'})"
         statement = self._statement_line(clip)
+        # GradScaler allows one unscale_ per optimizer per step: when an earlier
+        # clip of this cycle gets the unscale_, this one is covered by it (the
+        # fixer's next pass sees that) and must not insert a second one.
         safe = (
-            optimizer is not None
+            not earlier_clip
+            and optimizer is not None
             and statement is not None
             and not any(e.kind == UNSCALE for e in after[: after.index(step)])
             and self._step_always_follows(clip, statement, step)
@@ -698,3 +703,7 @@ class ClipGradWithoutUnscale(Rule):
                 if isinstance(sub, (cst.Continue, cst.Break, cst.Return, cst.Raise)):
                     return False
         return True
+
+
+def _earlier_clip_on_path(clip: _Event, earlier: List[_Event]) -> bool:
+    return any(e.kind == CLIP and not exclusive_branches(e.stack, clip.stack) for e in earlier)

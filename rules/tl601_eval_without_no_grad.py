@@ -616,6 +616,8 @@ class EvalWithoutNoGrad(Rule):
         if function is None:
             return None
         node = function.node
+        if any(_spells_no_grad(d.decorator) for d in node.decorators):
+            return None  # already decorated (by a name the import table cannot resolve): never stack a second one
         if scope.needs_grad or function.trains or node.asynchronous is not None:
             return self.ctx.fix(DISPLAY_ONLY, "Run the evaluation under `torch.no_grad()`", self.ctx.insert_line_before(node, "@torch.no_grad()"))
         decorator, import_edit = self._no_grad_spelling()
@@ -647,6 +649,15 @@ class EvalWithoutNoGrad(Rule):
             return None, None
         self.torch_import_reported = True
         return "@torch.no_grad()", self.ctx.insert_line_before(anchor, "import torch")
+
+
+def _spells_no_grad(decorator: cst.BaseExpression) -> bool:
+    """``@torch.no_grad()``, ``@no_grad``, ``@th.inference_mode()``: by the
+    name alone, since the fix must not stack a decorator the file already has
+    even where ``torch`` comes from a star import."""
+    target = decorator.func if isinstance(decorator, cst.Call) else decorator
+    name = dotted_name(target) or ""
+    return name.rsplit(".", 1)[-1] in ("no_grad", "inference_mode")
 
 
 def _import_anchor(module: cst.Module) -> Optional[cst.CSTNode]:

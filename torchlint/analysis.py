@@ -280,7 +280,7 @@ class Site:
                 return True
             if isinstance(ancestor, cst.IfExp) and child is ancestor.body and is_periodic_test(ancestor.test):
                 return True
-            if isinstance(ancestor, cst.IndentedBlock) and _skipped_unless_periodic(ancestor, child):
+            if isinstance(ancestor, cst.IndentedBlock) and _skipped_unless_periodic(self.ctx, ancestor, child):
                 return True
         return False
 
@@ -310,18 +310,22 @@ class Site:
         )
 
 
-def _skipped_unless_periodic(block: cst.IndentedBlock, child: cst.CSTNode) -> bool:
-    """An earlier ``if not step % N == 0: continue`` in the same block."""
-    for statement in block.body:
-        if statement is child:
-            return False
-        if (
-            isinstance(statement, cst.If)
-            and is_periodic_test(statement.test)
-            and _body_is_continue(statement.body)
-        ):
-            return True
-    return False
+def _skipped_unless_periodic(ctx: "FileContext", block: cst.IndentedBlock, child: cst.CSTNode) -> bool:
+    """An earlier ``if not step % N == 0: continue`` in the same block.
+
+    The statements after the first such guard are found once per block and
+    kept for the file: rescanning the block for every finding made a loop of
+    n findings cost n^2."""
+    cache = ctx.__dict__.setdefault("_statements_after_periodic_skip", {})
+    entry = cache.get(id(block))
+    if entry is None or entry[0] is not block:
+        body = block.body
+        first = next(
+            (i for i, s in enumerate(body) if isinstance(s, cst.If) and is_periodic_test(s.test) and _body_is_continue(s.body)),
+            None,
+        )
+        entry = cache[id(block)] = (block, frozenset(map(id, body[first + 1 :])) if first is not None else frozenset())
+    return id(child) in entry[1]
 
 
 def _body_is_continue(body: cst.BaseSuite) -> bool:

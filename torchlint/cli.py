@@ -18,6 +18,7 @@ from torchlint.config import OUTPUT_FORMATS, Config, ConfigError, ConfigFinder, 
 from torchlint.discovery import DiscoveryOptions, discover
 from torchlint.linter import FileOptions, syntax_error
 from torchlint.project import project_facts
+from torchlint.progress import Progress
 from torchlint.registry import all_rules
 from torchlint.reporters import MACHINE_FORMATS, ReportContext, reporters
 from torchlint.rule import Diagnostic
@@ -266,10 +267,21 @@ def _check(args: argparse.Namespace) -> int:
         jobs.append(Job(path, settings.file_options(path), mode, settings.unsafe_fixes(config), settings.fixable(config), args.add_noqa or None))
     workers = args.jobs if args.jobs is not None else default_workers()
     cache = ResultCache(args.cache_dir) if mode == CHECK and not args.no_cache else None
-    results = run(jobs, max(1, workers), cache)
-    results.extend(FileResult(path, [syntax_error(path, f"{reason} (os error 2)")]) for path, reason in missing)
+    report_to = _open_output_file(args)  # before any file is fixed: a bad path must not fail after
+    with Progress.for_run(args, len(jobs)) as progress:
+        results = run(jobs, max(1, workers), cache, progress.update)
+    results.extend(FileResult(path, [syntax_error(path, reason)]) for path, reason in missing)
     unsafe = settings.unsafe_fixes(settings.config_for(os.path.join(os.getcwd(), "x.py")))
-    return _finish(args, results, mode, unsafe, sys.stdout)
+    return _finish(args, results, mode, unsafe, sys.stdout, report_to)
+
+
+def _open_output_file(args: argparse.Namespace) -> Optional[TextIO]:
+    if not args.output_file:
+        return None
+    try:
+        return open(args.output_file, "w", encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"{args.output_file}: cannot write the output file: {exc.strerror or exc}") from None
 
 
 def _check_stdin(args: argparse.Namespace, settings: Settings, mode: str) -> int:
@@ -278,22 +290,39 @@ def _check_stdin(args: argparse.Namespace, settings: Settings, mode: str) -> int
     path = args.stdin_filename or "-"
     config = settings.config_for(path if path != "-" else os.path.join(os.getcwd(), "stdin.py"))
     data = sys.stdin.buffer.read()
+    report_to = _open_output_file(args)
+    # With --fix, stdout carries exactly the (fixed) source in its own
+    # encoding, BOM included, and the report goes to stderr: editors replace
+    # the buffer with what we print.
+    source_out = mode in (FIX, ADD_NOQA)
+    stream = sys.stderr if source_out else sys.stdout
     try:
         decoded = sources.decode(data)
     except sources.DecodeError as exc:
-        return _finish(args, [FileResult(path, [syntax_error(path, f"cannot decode stdin: {exc}")])], CHECK, False, sys.stdout)
+        if source_out:
+            _write_source(data)
+        return _finish(args, [FileResult(path, [syntax_error(path, f"cannot decode stdin: {exc}")])], CHECK, False, stream, report_to)
     options = settings.file_options(path if path != "-" else "stdin.py")
     job = Job(path, options, mode, settings.unsafe_fixes(config), settings.fixable(config), args.add_noqa or None)
     result, new_text = run_text(decoded.text, job)
-    if mode in (FIX, ADD_NOQA):
-        # Fixed source to stdout, findings to stderr: editors pipe through us.
-        sys.stdout.write(new_text)
-        sys.stdout.flush()
-        return _finish(args, [result], mode, settings.unsafe_fixes(config), sys.stderr)
-    return _finish(args, [result], mode, settings.unsafe_fixes(config), sys.stdout)
+    if source_out:
+        try:
+            fixed = decoded.encode(new_text)
+        except UnicodeEncodeError as exc:
+            fixed = data
+            result, _ = run_text(decoded.text, Job(path, options, CHECK))
+            result.fix_error = f"fixed code cannot be encoded as {decoded.encoding}: {exc.reason}"
+        _write_source(fixed)
+    return _finish(args, [result], mode, settings.unsafe_fixes(config), stream, report_to)
 
 
-def _finish(args: argparse.Namespace, results: List[FileResult], mode: str, unsafe: bool, stream: TextIO) -> int:
+def _write_source(data: bytes) -> None:
+    sys.stdout.flush()
+    sys.stdout.buffer.write(data)
+    sys.stdout.buffer.flush()
+
+
+def _finish(args: argparse.Namespace, results: List[FileResult], mode: str, unsafe: bool, stream: TextIO, report_to: Optional[TextIO] = None) -> int:
     diagnostics: List[Diagnostic] = sorted((d for r in results for d in r.diagnostics), key=Diagnostic.sort_key)
     internal = [e for r in results for e in r.errors]
     fix_errors = [(r.path, r.fix_error) for r in results if r.fix_error]
@@ -305,11 +334,8 @@ def _finish(args: argparse.Namespace, results: List[FileResult], mode: str, unsa
 
         ctx.runtime = runtime_join.join(diagnostics, runtime_join.load_reports(args.runtime_report))
         diagnostics = runtime_join.sort_measured_first(diagnostics, ctx.runtime)
-    out: TextIO = stream
-    handle = None
-    if args.output_file:
-        handle = open(args.output_file, "w", encoding="utf-8")
-        out = handle
+    handle = report_to
+    out: TextIO = handle if handle is not None else stream
     try:
         if not args.silent:
             _report(args, results, diagnostics, ctx, out, mode, unsafe, output_format, fixed_total)
@@ -379,6 +405,9 @@ def _report(args, results, diagnostics, ctx, out, mode, unsafe, output_format, f
             out.write(f"No fixes available{hint}.\n")
     elif fixed_total:
         out.write(f"Found {fixed_total} error{'s' if fixed_total != 1 else ''} ({fixed_total} fixed, 0 remaining).\n")
+    elif any(r.errors for r in results):
+        unchecked = sum(1 for r in results if r.errors)
+        out.write(f"No findings, but {unchecked} file{'s' if unchecked != 1 else ''} could not be fully checked (see the errors).\n")
     else:
         out.write("All checks passed!\n")
 

@@ -59,6 +59,7 @@ _LIST_KEYS = {
 }
 _BOOL_KEYS = {"unsafe-fixes": "unsafe_fixes", "respect-gitignore": "respect_gitignore", "force-exclude": "force_exclude"}
 _TABLE_KEYS = {"per-file-ignores", "extend-per-file-ignores"}
+_SELECTOR_KEYS = {"select", "extend-select", "ignore", "fixable", "unfixable"}
 KNOWN_KEYS = sorted(set(_LIST_KEYS) | set(_BOOL_KEYS) | _TABLE_KEYS | {"output-format", "target-torch", "rules"})
 
 
@@ -75,6 +76,8 @@ def load_toml(path: str) -> Dict[str, Any]:
             return tomllib.load(handle)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:  # TOML files are UTF-8 by definition
+        raise ConfigError(f"{path}: not UTF-8: {exc.reason} at byte {exc.start}") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
 
@@ -84,11 +87,19 @@ def load_config(path: str, rules: Dict[str, Type[Rule]], data: Optional[Dict[str
     ``data`` is the file's parsed TOML when the caller has it already."""
     if data is None:
         data = load_toml(path)
-    table = data.get("tool", {}).get("torchlint", {}) if path.endswith("pyproject.toml") else data
+    table = (torchlint_table(data, path) or {}) if path.endswith("pyproject.toml") else data
     config = Config(path=path, root=os.path.dirname(os.path.abspath(path)))
     apply_table(config, table, path, rules)
     # Without `target-torch`, the supported versions come from torchlint.project.
     return config
+
+
+def torchlint_table(pyproject: Dict[str, Any], path: str) -> Any:
+    """``[tool.torchlint]`` of a parsed pyproject.toml (None when absent)."""
+    tool = pyproject.get("tool", {})
+    if not isinstance(tool, dict):
+        raise ConfigError(f"{path}: tool: expected a table, got {tool!r}")
+    return tool.get("torchlint")
 
 
 def apply_table(config: Config, table: Dict[str, Any], where: str, rules: Dict[str, Type[Rule]]) -> None:
@@ -97,6 +108,8 @@ def apply_table(config: Config, table: Dict[str, Any], where: str, rules: Dict[s
     for key, value in table.items():
         if key in _LIST_KEYS:
             setattr(config, _LIST_KEYS[key], _string_list(value, where, key))
+            if key in _SELECTOR_KEYS:
+                _check_selectors(value, where, key, rules)
         elif key in _BOOL_KEYS:
             if not isinstance(value, bool):
                 raise ConfigError(f"{where}: {key}: expected true or false, got {value!r}")
@@ -105,7 +118,9 @@ def apply_table(config: Config, table: Dict[str, Any], where: str, rules: Dict[s
             if not isinstance(value, dict):
                 raise ConfigError(f"{where}: {key}: expected a table of pattern = [codes]")
             for pattern, codes in value.items():
-                config.per_file_ignores.setdefault(pattern, []).extend(_string_list(codes, where, f"{key}.{pattern}"))
+                codes = _string_list(codes, where, f"{key}.{pattern}")
+                _check_selectors(codes, where, f"{key}.{pattern}", rules)
+                config.per_file_ignores.setdefault(pattern, []).extend(codes)
         elif key == "output-format":
             if value not in OUTPUT_FORMATS:
                 raise ConfigError(f"{where}: output-format: unknown format {value!r}; expected one of {', '.join(OUTPUT_FORMATS)}")
@@ -150,6 +165,15 @@ def _string_list(value: Any, where: str, key: str) -> List[str]:
     return list(value)
 
 
+def _check_selectors(selectors: List[str], where: str, key: str, rules: Dict[str, Type[Rule]]) -> None:
+    from torchlint.selection import SelectorError, normalize
+
+    try:
+        normalize(selectors, rules)
+    except SelectorError as exc:
+        raise ConfigError(f"{where}: {key}: {exc}") from None
+
+
 class ConfigFinder:
     """Finds the configuration that applies to each file, upward from it."""
 
@@ -175,7 +199,7 @@ class ConfigFinder:
         config = None
         if os.path.isfile(candidate):
             data = load_toml(candidate)
-            if data.get("tool", {}).get("torchlint") is not None:
+            if torchlint_table(data, candidate) is not None:
                 config = load_config(candidate, self.rules, data)
         if config is None:
             parent = os.path.dirname(directory)

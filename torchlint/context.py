@@ -139,11 +139,11 @@ class FileContext:
         A node's position excludes its own parentheses, which stay in the
         text; so the replacement's parentheses are dropped when the old node
         had some (rules usually build ``new`` with ``node.with_changes``)."""
-        if not isinstance(new, str):
-            if getattr(node, "lpar", None) and getattr(new, "lpar", None):
-                new = new.with_changes(lpar=[], rpar=[])
-            new = cst.Module(body=[]).code_for_node(new)
-        return Edit(content=new, node=node)
+        if isinstance(new, str):
+            return Edit(content=new, node=node)
+        if getattr(node, "lpar", None) and getattr(new, "lpar", None):
+            new = new.with_changes(lpar=[], rpar=[])
+        return Edit(content=cst.Module(body=[]).code_for_node(new), node=node, new_node=new)
 
     @staticmethod
     def insert_line_before(node: cst.CSTNode, line: str) -> Edit:

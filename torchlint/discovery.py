@@ -72,8 +72,14 @@ def _force_excluded(path: str, options: DiscoveryOptions) -> bool:
     return False
 
 
+def os_reason(exc: OSError) -> str:
+    """ruff's wording: "Permission denied (os error 13)"."""
+    return f"{exc.strerror or exc} (os error {exc.errno})" if exc.errno else str(exc)
+
+
 def discover(paths: Sequence[str], options: DiscoveryOptions) -> Tuple[List[str], List[Tuple[str, str]]]:
-    """(files to lint in a stable order, [(path, error)] for paths that don't exist)."""
+    """(files to lint in a stable order, [(path, reason)] for what could not be
+    searched: a path that does not exist, an unreadable directory)."""
     files: List[str] = []
     missing: List[Tuple[str, str]] = []
     seen = set()
@@ -91,14 +97,16 @@ def discover(paths: Sequence[str], options: DiscoveryOptions) -> Tuple[List[str]
         elif os.path.isdir(given):
             if options.force_exclude and given not in (".", "./") and _force_excluded(given, options):
                 continue
-            for path in _walk(given, options):
+            for path in _walk(given, options, missing):
                 add(path)
+        elif os.path.islink(given):  # a dangling link or a link loop: reading it says why
+            add(given)
         else:
-            missing.append((given, "No such file or directory"))
+            missing.append((given, "No such file or directory (os error 2)"))
     return files, missing
 
 
-def _walk(root: str, options: DiscoveryOptions) -> List[str]:
+def _walk(root: str, options: DiscoveryOptions, unreadable: List[Tuple[str, str]]) -> List[str]:
     found: List[str] = []
     base_stack = gitignore.for_root(root) if options.respect_gitignore else gitignore.IgnoreStack()
 
@@ -106,12 +114,17 @@ def _walk(root: str, options: DiscoveryOptions) -> List[str]:
         if options.respect_gitignore:
             stack = stack.child(directory)
         try:
-            entries = sorted(os.scandir(directory), key=lambda e: e.name)
-        except OSError:
+            with os.scandir(directory) as scan:
+                entries = sorted(scan, key=lambda e: e.name)
+        except OSError as exc:
+            unreadable.append((directory, f"cannot read directory: {os_reason(exc)}"))
             return
         for entry in entries:
             path = entry.path
-            is_dir = entry.is_dir(follow_symlinks=True)
+            try:
+                is_dir = entry.is_dir(follow_symlinks=True)
+            except OSError:  # a symlink loop: a *.py one is reported when it is read
+                is_dir = False
             if _excluded(path, options):
                 continue
             if options.respect_gitignore and stack.ignored(os.path.abspath(path), is_dir):

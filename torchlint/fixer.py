@@ -5,9 +5,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional, Sequence, Tuple
 
-import libcst as cst
-
-from torchlint.linter import FileOptions, LintOutput, lint_text
+from torchlint.linter import FileOptions, LintOutput, lint_text, why_unparsable
 from torchlint.source import split_lines
 from torchlint.rule import SAFE, UNSAFE, ResolvedEdit, ResolvedFix
 
@@ -43,10 +41,8 @@ def fix_text(
         if not candidates:
             return FixResult(text, applied, output)
         new_text, codes = apply_fixes(text, candidates)
-        try:
-            cst.parse_module(new_text)
-        except Exception as exc:  # the result must parse, or nothing is written
-            message = getattr(exc, "message", str(exc)).splitlines()[0]
+        message = why_unparsable(new_text)
+        if message is not None:  # the result must parse, or nothing is written
             return FixResult(original, Counter(), lint_text(original, path, options), f"a fix produced code that does not parse ({message}); file left unchanged")
         text = new_text
         applied.update(codes)
@@ -64,8 +60,11 @@ def apply_fixes(text: str, fixes: Sequence[Tuple[str, ResolvedFix]]) -> Tuple[st
             continue
         taken.extend(spans)
         codes.append(code)
+    # Back to front, so earlier offsets stay valid; insertions at one point
+    # land in the order their fix lists them (`import torch`, then the decorator).
+    ordered = sorted(enumerate(taken), key=lambda item: (item[1][0], item[1][1], item[0]), reverse=True)
     result = text
-    for start, end, edit in sorted(taken, key=lambda s: (s[0], s[1]), reverse=True):
+    for _, (start, end, edit) in ordered:
         result = result[:start] + edit.content + result[end:]
     return result, codes
 

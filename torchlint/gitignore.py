@@ -142,9 +142,11 @@ def for_root(root: str) -> IgnoreStack:
     stack = IgnoreStack()
     if top is not None:
         exclude = os.path.join(top, ".git", "info", "exclude")
-        if os.path.isfile(exclude):
+        try:
             with open(exclude, encoding="utf-8", errors="replace") as handle:
                 stack = IgnoreStack(parse(handle.read(), top))
+        except OSError:  # absent (the usual case) or unreadable, like a .gitignore
+            pass
     for directory in reversed(chain[1:] if top is None else chain):
         stack = stack.child(directory) if directory != root else stack
     return stack

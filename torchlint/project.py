@@ -191,19 +191,30 @@ def from_pyproject(text: str) -> Tuple[List[str], Optional[Version]]:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError:
         return [], None
-    explicit = (data.get("tool", {}).get("torchlint", {}) or {}).get("target-torch")
+    explicit = _table(_table(data.get("tool")).get("torchlint")).get("target-torch")
     match = re.match(r"^\s*(\d+)\.(\d+)", str(explicit)) if explicit is not None else None
     return _pyproject_requirements(data), (int(match.group(1)), int(match.group(2))) if match else None
 
 
+def _table(value: Any) -> Dict[str, Any]:
+    """A TOML table, or an empty one where the file has something else
+    (``project = "x"``): validating pyproject.toml is the packaging tools' job."""
+    return value if isinstance(value, dict) else {}
+
+
+def _array(value: Any) -> List[Any]:
+    return value if isinstance(value, list) else []
+
+
 def _pyproject_requirements(data: Dict[str, Any]) -> List[str]:
-    project = data.get("project", {}) or {}
-    requirements = list(project.get("dependencies", []) or [])
-    for extra in (project.get("optional-dependencies", {}) or {}).values():
-        requirements.extend(extra or [])
-    poetry = data.get("tool", {}).get("poetry", {}) or {}
-    for table in [poetry.get("dependencies", {})] + [g.get("dependencies", {}) for g in (poetry.get("group", {}) or {}).values()]:
-        value = (table or {}).get("torch")
+    project = _table(data.get("project"))
+    requirements = list(_array(project.get("dependencies")))
+    for extra in _table(project.get("optional-dependencies")).values():
+        requirements.extend(_array(extra))
+    poetry = _table(_table(data.get("tool")).get("poetry"))
+    groups = [_table(group).get("dependencies") for group in _table(poetry.get("group")).values()]
+    for table in [poetry.get("dependencies")] + groups:
+        value = _table(table).get("torch")
         if isinstance(value, dict):
             value = value.get("version")
         if isinstance(value, str):

@@ -98,6 +98,9 @@ class Edit:
     # "replace" covers the node; "line-before" inserts a whole line above the
     # line where the node starts, with the same indentation.
     mode: str = "replace"
+    # The replacement as a node: its code is generated where it lands, with
+    # the block's indentation on continuation lines and the file's newlines.
+    new_node: Optional["cst.CSTNode"] = None
 
 
 @dataclass(frozen=True)

@@ -2,20 +2,19 @@
 from __future__ import annotations
 
 import difflib
-import multiprocessing
 import os
 import re
 from collections import Counter
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import libcst as cst
 
 from torchlint import source as sources
 from torchlint.fixer import fix_text, is_applicable
-from torchlint.linter import FileOptions, InternalError, LintOutput, lint_text, syntax_error
+from torchlint.linter import FileOptions, InternalError, LintOutput, lint_text, syntax_error, why_unparsable
 from torchlint.rule import Diagnostic
+from torchlint.workers import run_isolated
 
 if TYPE_CHECKING:  # pragma: no cover
     from torchlint.cache import ResultCache
@@ -78,29 +77,47 @@ def run_file(job: Job) -> FileResult:
         with open(job.path, "rb") as handle:
             data = handle.read()
     except OSError as exc:
-        return FileResult(job.path, [syntax_error(job.path, f"cannot read file: {exc.strerror}")])
+        return FileResult(job.path, [syntax_error(job.path, f"cannot read file: {exc.strerror or exc}")])
     try:
         decoded = sources.decode(data)
     except sources.DecodeError as exc:
         return FileResult(job.path, [syntax_error(job.path, f"cannot decode file: {exc}")])
+    writes = job.mode in (FIX, ADD_NOQA)
+    if writes and not sources.is_writable(job.path):
+        result, _ = run_text(decoded.text, Job(job.path, job.options, CHECK))
+        result.fix_error = "file is read-only; not fixed"
+        return result
     result, new_text = run_text(decoded.text, job)
-    if new_text != decoded.text and job.mode in (FIX, ADD_NOQA):
+    if new_text != decoded.text and writes:
         try:
-            sources.write_atomic(job.path, decoded.encode(new_text))
+            sources.write_in_place(job.path, decoded.encode(new_text))
+            return result
         except OSError as exc:
-            result.fix_error = f"cannot write fixed file: {exc.strerror or exc}"
-            result.fixed = Counter()
+            why = f"cannot write fixed file: {exc.strerror or exc}"
         except UnicodeEncodeError as exc:
-            result.fix_error = f"fixed code cannot be encoded as {decoded.encoding}: {exc.reason}"
-            result.fixed = Counter()
+            why = f"fixed code cannot be encoded as {decoded.encoding}: {exc.reason}"
+        # Nothing was written: report the findings of the file as it is.
+        result, _ = run_text(decoded.text, Job(job.path, job.options, CHECK))
+        result.fix_error = why
     return result
 
 
-def run(jobs: Sequence[Job], workers: int, cache: Optional["ResultCache"] = None) -> List[FileResult]:
+def crashed(job: Job, why: str) -> FileResult:
+    """The result of a file whose worker process died (a crash in a native parser)."""
+    return FileResult(job.path, errors=[InternalError(job.path, "engine", f"the worker process died ({why}) on this file; it was not linted")])
+
+
+def run(
+    jobs: Sequence[Job],
+    workers: int,
+    cache: Optional["ResultCache"] = None,
+    on_result: Optional[Callable[[int], None]] = None,
+) -> List[FileResult]:
     """Results in the order of ``jobs``, whatever order the workers finish in.
-    With a ``cache``, unchanged files checked before are not linted again."""
+    With a ``cache``, unchanged files checked before are not linted again.
+    ``on_result(done)`` follows progress (cache hits count as done at once)."""
     if cache is None:
-        return _run_all(jobs, workers)
+        return _run_all(jobs, workers, on_result)
     results: List[Optional[FileResult]] = [None] * len(jobs)
     keys: Dict[int, str] = {}
     for index, job in enumerate(jobs):
@@ -113,20 +130,28 @@ def run(jobs: Sequence[Job], workers: int, cache: Optional["ResultCache"] = None
             continue
         results[index] = cache.get(keys[index])
     misses = [index for index, result in enumerate(results) if result is None]
-    for index, result in zip(misses, _run_all([jobs[i] for i in misses], workers)):
+    hits = len(jobs) - len(misses)
+    if on_result is not None and hits:
+        on_result(hits)
+    progress = None if on_result is None else (lambda done: on_result(hits + done))
+    for index, result in zip(misses, _run_all([jobs[i] for i in misses], workers, progress)):
         results[index] = result
         if index in keys and not result.errors:
             cache.put(keys[index], result)
     return results  # type: ignore[return-value]
 
 
-def _run_all(jobs: Sequence[Job], workers: int) -> List[FileResult]:
-    if workers <= 1 or len(jobs) <= 1:
-        return [run_file(job) for job in jobs]
-    context = multiprocessing.get_context("fork") if hasattr(os, "fork") else None
-    chunk = max(1, min(16, len(jobs) // (workers * 8)))
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-        return list(pool.map(run_file, jobs, chunksize=chunk))
+def _run_all(jobs: Sequence[Job], workers: int, on_result: Optional[Callable[[int], None]]) -> List[FileResult]:
+    """Files are linted in child processes where the platform can fork, so
+    that a crash costs only the file it happened on."""
+    if hasattr(os, "fork"):
+        return run_isolated(run_file, jobs, max(1, workers), crashed, on_result)
+    results = []  # pragma: no cover - Windows: in process, one at a time
+    for job in jobs:
+        results.append(run_file(job))
+        if on_result is not None:
+            on_result(len(results))
+    return results
 
 
 def default_workers() -> int:
@@ -164,9 +189,7 @@ def add_noqa(text: str, diagnostics: Iterable[Diagnostic], reason: Optional[str]
         lines[row - 1] = body + ending
         added += len(codes)
     new_text = "".join(lines)
-    try:
-        cst.parse_module(new_text)
-    except Exception:
+    if added and why_unparsable(new_text) is not None:
         return text, 0, "adding noqa comments would break the file (a finding inside a multi-line string?); left unchanged"
     return new_text, added, None
 

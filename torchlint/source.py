@@ -8,9 +8,11 @@ from __future__ import annotations
 import io
 import os
 import re
+import signal
 import tempfile
 import tokenize
 from dataclasses import dataclass
+from typing import Optional
 
 
 class DecodeError(Exception):
@@ -46,6 +48,45 @@ def read(path: str) -> SourceFile:
         return decode(handle.read())
 
 
+def is_writable(path: str) -> bool:
+    """May ``--fix`` change this file? Not when it is read-only: by its mode
+    bits (root may write anything, but a read-only file says "leave me"), or
+    by access rights. The rename ``write_atomic`` does would otherwise
+    replace it, read-only or not."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return bool(mode & 0o222) and os.access(path, os.W_OK)
+
+
+def write_in_place(path: str, data: bytes) -> None:
+    """Write a fixed file the way a user expects: through a symlink to its
+    target (the link stays a link), keeping a hard link (written in place,
+    since a rename would split it), otherwise atomically."""
+    target = os.path.realpath(path)
+    if os.stat(target).st_nlink > 1:
+        _overwrite(target, data)
+    else:
+        write_atomic(target, data)
+
+
+def _overwrite(path: str, data: bytes) -> None:
+    """Rewrite a file's contents in its own inode. Not atomic, so SIGINT and
+    SIGTERM wait until the bytes are down (SIGKILL cannot be held off)."""
+    blocked = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, blocked) if hasattr(signal, "pthread_sigmask") else None
+    try:
+        with open(path, "r+b") as handle:
+            handle.write(data)
+            handle.truncate()
+            handle.flush()
+            os.fsync(handle.fileno())
+    finally:
+        if previous is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 def write_atomic(path: str, data: bytes, durable: bool = True) -> None:
     """Replace ``path`` with ``data`` all at once, keeping its permissions
     (a new file gets 0o644).
@@ -57,9 +98,10 @@ def write_atomic(path: str, data: bytes, durable: bool = True) -> None:
     """
     directory = os.path.dirname(os.path.abspath(path))
     try:
-        mode = os.stat(path).st_mode & 0o7777
+        before: Optional[os.stat_result] = os.stat(path)
+        mode = before.st_mode & 0o7777
     except FileNotFoundError:
-        mode = 0o644
+        before, mode = None, 0o644
     fd, tmp = tempfile.mkstemp(prefix=".torchlint-", suffix=".tmp", dir=directory)
     try:
         with os.fdopen(fd, "wb") as handle:
@@ -67,6 +109,11 @@ def write_atomic(path: str, data: bytes, durable: bool = True) -> None:
             handle.flush()
             if durable:
                 os.fsync(handle.fileno())
+        if before is not None and hasattr(os, "chown") and (before.st_uid, before.st_gid) != (os.geteuid(), os.getegid()):
+            try:  # root fixing another user's file: it stays theirs
+                os.chown(tmp, before.st_uid, before.st_gid)
+            except OSError:
+                pass
         os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:

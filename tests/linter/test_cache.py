@@ -41,9 +41,9 @@ def linted(monkeypatch):
     seen = []
     real = runner._run_all
 
-    def spy(jobs, workers):
+    def spy(jobs, workers, *progress):
         seen.append(sorted(os.path.basename(job.path) for job in jobs))
-        return real(jobs, workers)
+        return real(jobs, workers, *progress)
 
     monkeypatch.setattr(runner, "_run_all", spy)
     return seen

@@ -279,3 +279,42 @@ def test_version_and_rule_command(capsys):
 def test_console_script_installed():
     out = subprocess.run([os.path.join(os.path.dirname(sys.executable), "torchlint"), "--version"], capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.startswith("torchlint")
+
+
+def _run_with_terminal_stderr(args, cwd):
+    """Run torchlint with stderr on a pseudo-terminal and stdout on a pipe."""
+    import pty
+
+    primary, secondary = pty.openpty()
+    process = subprocess.Popen(args, cwd=cwd, stdout=subprocess.PIPE, stderr=secondary, stdin=subprocess.DEVNULL)
+    os.close(secondary)
+    terminal = b""
+    while True:
+        try:
+            chunk = os.read(primary, 65536)
+        except OSError:  # EIO: the child closed its end
+            break
+        if not chunk:
+            break
+        terminal += chunk
+    stdout = process.stdout.read()
+    process.wait(timeout=120)
+    os.close(primary)
+    return process.returncode, stdout.decode(), terminal.decode()
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="needs a pseudo-terminal")
+def test_progress_on_a_terminal_only(project):
+    for i in range(250):
+        (project / f"m{i:03d}.py").write_text(SYNC)
+    torchlint = os.path.join(os.path.dirname(sys.executable), "torchlint")
+    code, stdout, terminal = _run_with_terminal_stderr([torchlint, "--isolated", "--jobs", "1", "."], project)
+    assert code == 1
+    assert "linting: " in terminal and "/252 files" in terminal
+    assert terminal.endswith("\r\x1b[K")  # erased before the report
+    assert "\x1b" not in stdout and "linting" not in stdout and stdout.count("TL101") == 251
+    for quiet in ("-q", "-s"):
+        _, _, terminal = _run_with_terminal_stderr([torchlint, "--isolated", "--jobs", "1", quiet, "."], project)
+        assert "linting" not in terminal
+    not_a_terminal = subprocess.run([torchlint, "--isolated", "--jobs", "1", "."], cwd=project, capture_output=True, text=True)
+    assert not_a_terminal.stderr == ""
