@@ -161,6 +161,28 @@ def use_python_dispatch_mode(torch) -> None:
     os.environ["TORCHLINT_RACE_TAP"] = "python"
 
 
+# Diagnosis: sync+memory with one of the memory check's parts switched off, to see which part costs.
+def without_memory_watcher(torch) -> None:
+    """The memory check's background watcher thread ends at once."""
+    from torchlint.sanitizer import memory
+
+    memory.MemoryCheck._watch_loop = lambda self: None
+
+
+def without_nvml(torch) -> None:
+    """No NVML utilization sampling thread."""
+    from torchlint.sanitizer import nvml
+
+    nvml.NvmlSampler.start = lambda self: False
+
+
+def without_timeline(torch) -> None:
+    """The checks record nothing for the HTML report and the trace."""
+    from torchlint.sanitizer import timeline
+
+    timeline.of = lambda session: None
+
+
 @dataclasses.dataclass(frozen=True)
 class Mode:
     name: str
@@ -180,6 +202,9 @@ MODES: List[Mode] = [
     # The baseline again, in its own process: the spread between the two is the run's noise.
     Mode("baseline-2"),
     Mode("csan", setup=enable_csan, step_fraction=0.2),
+    Mode("sync+memory-no-watcher", frozenset({"sync", "memory"}), setup=without_memory_watcher),
+    Mode("sync+memory-no-nvml", frozenset({"sync", "memory"}), setup=without_nvml),
+    Mode("sync+memory-no-timeline", frozenset({"sync", "memory"}), setup=without_timeline),
     # Floors, for reading the race figures: hooks with no analysis behind them.
     Mode("empty-mode", setup=enable_empty_dispatch_mode),
     Mode("empty-mode+trace", setup=enable_empty_dispatch_mode_and_gpu_trace),
