@@ -5,6 +5,7 @@ from typing import List, Optional, Tuple, Union
 import libcst as cst
 
 from torchlint.analysis import Site
+from torchlint.project import CHECK_TESTS, check_tests_option
 from torchlint.rule import DISPLAY_ONLY, Fix, Invalid, Rule, Valid
 from torchlint.tensors import already_on_host, lives_on_host, module_evidence, reads_host, tensor_evidence
 
@@ -32,6 +33,11 @@ class HostSyncInLoop(Rule):
     generation or sampling loops (`while`, `for … in range(…)` that do not
     train), whose control flow usually needs the value; there it reports only
     a host read whose result is thrown away.
+
+    Test modules (`test_*.py`, `*_test.py`, `conftest.py`, files under
+    `test/`, `tests/` or `testing/`) are skipped: a test that asserts on values inside its loops
+    checks a result on purpose, and its speed is not the training run's.
+    Set the `check-tests` option to check them too.
 
     ## Why is this bad?
     CUDA runs asynchronously: the host queues kernels and moves on. Reading a
@@ -71,6 +77,7 @@ class HostSyncInLoop(Rule):
     - [`torch.cuda.set_sync_debug_mode`](https://pytorch.org/docs/stable/generated/torch.cuda.set_sync_debug_mode.html)
     """
 
+    options = {CHECK_TESTS: check_tests_option()}
     code = "TL101"
     name = "host-sync-in-loop"
     summary = "A host-device synchronization runs on every iteration of a batch loop"

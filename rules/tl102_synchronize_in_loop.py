@@ -8,6 +8,7 @@ import libcst as cst
 from torchlint.analysis import Site, iter_subtree
 from torchlint.facts import FunctionInfo, LoopInfo
 from torchlint.names import dotted_name, last_name
+from torchlint.project import CHECK_TESTS, check_tests_option
 from torchlint.rule import Invalid, Rule, Valid
 
 # Device-wide synchronizations, by qualified name.
@@ -69,6 +70,11 @@ class SynchronizeInLoop(Rule):
     under a debugging/profiling switch (`if args.profile:`), on exception
     paths, and in loops that do not run per batch.
 
+    Test modules (`test_*.py`, `*_test.py`, `conftest.py`, files under
+    `test/`, `tests/` or `testing/`) are skipped: a test that synchronizes inside its loops
+    checks a result on purpose, and its speed is not the training run's.
+    Set the `check-tests` option to check them too.
+
     ## Why is this bad?
     A synchronization blocks the host until every kernel queued on the device
     (or stream) has finished. The host cannot queue the next step's work in
@@ -111,6 +117,7 @@ class SynchronizeInLoop(Rule):
     - [Performance tuning guide: avoid unnecessary CPU-GPU synchronization](https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html#avoid-unnecessary-cpu-gpu-synchronization)
     """
 
+    options = {CHECK_TESTS: check_tests_option()}
     code = "TL102"
     name = "synchronize-in-loop"
     summary = "An explicit GPU synchronize runs on every iteration of a batch loop"

@@ -7,6 +7,7 @@ import libcst as cst
 from torchlint.analysis import Site
 from torchlint.facts import keyword
 from torchlint.names import dotted_name
+from torchlint.project import CHECK_TESTS, check_tests_option
 from torchlint.rule import Invalid, Rule, Valid
 from torchlint.tensors import tensor_evidence
 
@@ -49,6 +50,11 @@ class DataDependentShapeInLoop(Rule):
     repeat count or `output_size=`, for numpy arrays, under periodic guards,
     on exception paths, and outside batch loops.
 
+    Test modules (`test_*.py`, `*_test.py`, `conftest.py`, files under
+    `test/`, `tests/` or `testing/`) are skipped: a test that reads data-dependent results inside its loops
+    checks a result on purpose, and its speed is not the training run's.
+    Set the `check-tests` option to check them too.
+
     ## Why is this bad?
     The size of the result is known only after the GPU has computed the
     input, so PyTorch copies a count back to the host and waits for it before
@@ -88,6 +94,7 @@ class DataDependentShapeInLoop(Rule):
     - [Performance tuning guide: avoid unnecessary CPU-GPU synchronization](https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html#avoid-unnecessary-cpu-gpu-synchronization)
     """
 
+    options = {CHECK_TESTS: check_tests_option()}
     code = "TL103"
     name = "data-dependent-shape-in-loop"
     summary = "An operation with a data-dependent output size syncs on every batch"

@@ -7,8 +7,8 @@ import libcst as cst
 
 from torchlint.analysis import Site, iter_subtree
 from torchlint.names import dotted_name, last_name
-from torchlint.project import CHECK_TESTS, is_test_module, requires_cuda
-from torchlint.rule import DISPLAY_ONLY, SAFE, Fix, Invalid, Option, Rule, Valid
+from torchlint.project import CHECK_TESTS, check_tests_option, requires_cuda
+from torchlint.rule import DISPLAY_ONLY, SAFE, Fix, Invalid, Rule, Valid
 
 _CUDA_LITERAL = re.compile(r"^cuda(:\d+)?$")
 # Names of variables and parameters that hold a device.
@@ -170,7 +170,7 @@ class HardcodedCudaDevice(Rule):
     summary = "A `.cuda()` call or a `\"cuda\"` device literal ties code to CUDA"
     fix_availability = "sometimes"
     requires_any = ("cuda",)
-    options = {CHECK_TESTS: Option(bool, False, "also check test modules, which are skipped by default")}
+    options = {CHECK_TESTS: check_tests_option()}
 
     VALID = [
         Valid("""
@@ -565,8 +565,6 @@ class HardcodedCudaDevice(Rule):
             return  # Triton kernels, bitsandbytes, the project's CUDA extensions or CUDA-only modules: CUDA-only by design
         if requires_cuda(self.ctx.source):
             return  # torch.cuda.set_device(...) / an NCCL process group, unconditionally: CUDA-only by design
-        if not self.opts[CHECK_TESTS] and is_test_module(self.ctx.path):
-            return
         for site, node, message, fix in self.candidates:
             if site.under_cuda_guard() or self._device_chosen(site) or self._cuda_only_by_design(site) or self._passed_as_device_type(site):
                 continue

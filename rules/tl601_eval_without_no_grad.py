@@ -10,8 +10,8 @@ from torchlint.analysis import NO_GRAD_CONTEXTS, Site, exclusive_branches, is_no
 from torchlint.context import steps_optimizer
 from torchlint.facts import FunctionInfo
 from torchlint.names import dotted_name, last_name
-from torchlint.project import CHECK_TESTS, is_test_module
-from torchlint.rule import DISPLAY_ONLY, UNSAFE, Edit, Invalid, Option, Rule, Valid
+from torchlint.project import CHECK_TESTS, check_tests_option
+from torchlint.rule import DISPLAY_ONLY, UNSAFE, Edit, Invalid, Rule, Valid
 
 EVAL, TRAIN, FORWARD, GRAD, NO_GRAD_ON, NO_GRAD_OFF = "eval", "train", "forward", "grad", "no_grad_on", "no_grad_off"
 
@@ -131,7 +131,7 @@ class EvalWithoutNoGrad(Rule):
     """
 
     code = "TL601"
-    options = {CHECK_TESTS: Option(bool, False, "also check test modules, which are skipped by default")}
+    options = {CHECK_TESTS: check_tests_option()}
     name = "eval-without-no-grad"
     summary = "`model.eval()` followed by forward passes that still record the autograd graph"
     fix_availability = "sometimes"
@@ -529,8 +529,6 @@ class EvalWithoutNoGrad(Rule):
 
     # -- decide ------------------------------------------------------------------
     def finish(self) -> None:
-        if not self.opts[CHECK_TESTS] and is_test_module(self.ctx.path):
-            return
         for key, scope in self.scopes.items():
             if not scope.eval_names:
                 continue

@@ -6,8 +6,8 @@ from typing import List, Optional, Set, Tuple
 import libcst as cst
 
 from torchlint.names import dotted_name
-from torchlint.project import CHECK_TESTS, is_test_module
-from torchlint.rule import SAFE, Invalid, Option, Rule, Valid
+from torchlint.project import CHECK_TESTS, check_tests_option
+from torchlint.rule import SAFE, Invalid, Rule, Valid
 
 # Receivers whose name says "this is a network".
 _MODULE_NAME = re.compile(
@@ -90,7 +90,7 @@ class ForwardCalledDirectly(Rule):
     """
 
     code = "TL603"
-    options = {CHECK_TESTS: Option(bool, False, "also check test modules, which are skipped by default")}
+    options = {CHECK_TESTS: check_tests_option()}
     name = "forward-called-directly"
     summary = "`module.forward(x)` bypasses the module's hooks; call `module(x)`"
     fix_availability = "always"
@@ -349,8 +349,6 @@ class ForwardCalledDirectly(Rule):
         return False
 
     def finish(self) -> None:
-        if not self.opts[CHECK_TESTS] and is_test_module(self.ctx.path):
-            return
         for call, receiver, built_by, last in self.candidates:
             if not self._is_module(receiver, built_by, last):
                 continue

@@ -20,7 +20,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from torchlint import noqa
 from torchlint.context import FileContext
-from torchlint.project import ProjectFacts, TorchRange, for_file, with_target
+from torchlint.project import CHECK_TESTS, ProjectFacts, TorchRange, for_file, is_test_module, with_target
 from torchlint.registry import SyntaxErrorRule
 from torchlint.source import split_lines
 from torchlint.rule import Diagnostic, Edit, Fix, ResolvedEdit, ResolvedFix, Rule
@@ -103,7 +103,13 @@ def _lint_module(text: str, path: str, options: FileOptions, rules: Sequence[Typ
 
     project = with_target(options.project, options.target_torch)
     ctx = FileContext(path, text, module, project=project, torch_range=for_file(project, text))
-    instances = [rule(ctx, {**rule.option_defaults(), **options.rule_options.get(rule.code, {})}) for rule in rules]
+    in_tests = is_test_module(path)
+    instances = []
+    for rule in rules:
+        opts = {**rule.option_defaults(), **options.rule_options.get(rule.code, {})}
+        if in_tests and CHECK_TESTS in opts and not opts[CHECK_TESTS]:
+            continue  # a test syncs, targets a device or skips no-grad on purpose
+        instances.append(rule(ctx, opts))
     failed: Dict[Rule, InternalError] = {}
 
     def on_error(method, exc: BaseException) -> None:

@@ -18,6 +18,9 @@ import re
 
 import pytest
 
+from torchlint.project import CHECK_TESTS
+from torchlint.registry import all_rules
+
 from ruletest import expectations, lint
 
 FIXTURES = sorted((pathlib.Path(__file__).parent.parent / "fixtures").glob("TL*.py"))
@@ -69,6 +72,9 @@ def test_package_fixture_findings_match_inline_expectations(package):
     for path in files:
         source = path.read_text(encoding="utf-8")
         options, target = _directive(source)
+        if CHECK_TESTS in all_rules()[code].options:
+            # the package lies under tests/ because it is a fixture, not because it is a test module
+            options.setdefault(CHECK_TESTS, True)
         found = {(d.row, d.code) for d in lint(code, source, rule_options=options, target_torch=target, path=str(path))}
         expected = {(row, c) for row, c in expectations(source) if c == code}
         if found != expected:
