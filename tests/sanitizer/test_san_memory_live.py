@@ -33,9 +33,11 @@ def segment(address, blocks, stream=0, pool="large", unit=UNIT):
 
 
 # Long-lived small blocks pin a 20-unit segment: 12 units free, in 6-unit gaps.
-PINNED = segment(0x10000000, [(2, "live"), (6, "free"), (2, "live"), (6, "free"), (4, "live")])
+PINNED_LAYOUT = [(2, "live"), (6, "free"), (2, "live"), (6, "free"), (4, "live")]
+PINNED = segment(0x10000000, PINNED_LAYOUT)
 # The 8-unit request that could not use the gaps, in a new segment.
-NEW = segment(0x20000000, [(8, "live"), (12, "free")])
+NEW_LAYOUT = [(8, "live"), (12, "free")]
+NEW = segment(0x20000000, NEW_LAYOUT)
 
 
 def test_a_new_segment_mapped_while_the_pool_had_enough_free_memory_in_gaps_is_waste():
@@ -54,13 +56,14 @@ def test_no_waste_when_a_free_block_fits_when_too_little_is_free_or_on_another_s
     assert frag.new_segment_waste([PINNED, NEW], known={PINNED["address"], NEW["address"]}) == []
 
 
-def _allocating_program(source, check):
+def _allocating_program(source, check, unit=UNIT):
     """Pins the first segment, then asks for 8 units: the allocator maps a second one."""
-    source.segments = [PINNED]
-    source.bump(reserved=20 * UNIT, allocated=8 * UNIT, segments=1, num_device_alloc=1)
+    pinned = segment(PINNED["address"], PINNED_LAYOUT, unit=unit)
+    source.segments = [pinned]
+    source.bump(reserved=20 * unit, allocated=8 * unit, segments=1, num_device_alloc=1)
     check._watch_tick()
-    source.segments = [PINNED, NEW]
-    source.bump(reserved=40 * UNIT, allocated=16 * UNIT, segments=2, num_device_alloc=2)
+    source.segments = [pinned, segment(NEW["address"], NEW_LAYOUT, unit=unit)]
+    source.bump(reserved=40 * unit, allocated=16 * unit, segments=2, num_device_alloc=2)
     check._watch_tick()  # the allocating line: this one
 
 
@@ -83,16 +86,7 @@ def test_a_few_mib_free_in_split_blocks_during_warm_up_is_not_a_finding():
     """The allocator's ordinary caching: the same pattern at 1/16 the size stays under the floors."""
     check, sess, source, clock = make(FakeSource(segments=[]))
     check.start()
-    small = dict(PINNED, total_size=PINNED["total_size"] // 16,
-                 blocks=[dict(b, size=b["size"] // 16, requested_size=b["size"] // 16) for b in PINNED["blocks"]])
-    fresh = dict(NEW, total_size=NEW["total_size"] // 16,
-                 blocks=[dict(b, size=b["size"] // 16, requested_size=b["size"] // 16) for b in NEW["blocks"]])
-    source.segments = [small]
-    source.bump(reserved=20 * MiB, allocated=8 * MiB, segments=1, num_device_alloc=1)
-    check._watch_tick()
-    source.segments = [small, fresh]
-    source.bump(reserved=40 * MiB, allocated=16 * MiB, segments=2, num_device_alloc=2)
-    check._watch_tick()
+    _allocating_program(source, check, unit=MiB)
     check.stop()
     assert [f for f in check.findings() if f.details.get("trigger") == "new-segment"] == []
 
