@@ -166,6 +166,9 @@ class ModuleFacts:
         self.batch_copies: List = []
         # calls of module functions: (callee, call node, caller FunctionInfo or None, resolved args)
         self.call_records: List["CallRecord"] = []
+        # call_records by callee (the module's own calls), indexed as they come: see calls_of
+        self._calls_by_callee: Dict[str, List["CallRecord"]] = {}
+        self._calls_indexed = 0
 
     # -- queries ---------------------------------------------------------
     def function_trains(self, name: str) -> bool:
@@ -336,13 +339,25 @@ class ModuleFacts:
         module_level = [l for l in self.loaders if l.target == dotted and l.function is None]
         return module_level[-1] if module_level else None
 
+    def calls_of(self, name: str) -> List["CallRecord"]:
+        """This module's own (not imported) calls of ``name``, in order.
+
+        Questions about one function's callers are asked for every function;
+        scanning every call record for each would make a file of many
+        functions quadratic, so records are indexed by callee as they come."""
+        for record in self.call_records[self._calls_indexed :]:
+            if not record.imported:
+                self._calls_by_callee.setdefault(record.callee, []).append(record)
+        self._calls_indexed = len(self.call_records)
+        return self._calls_by_callee.get(name, [])
+
     def param_receives_tensor(self, function: Optional[FunctionInfo], param: str) -> bool:
         """Does a call of ``function`` in this module pass a tensor for
         ``param`` (``log_metrics(step, loss)`` with ``loss`` a model's loss)?"""
         if function is None:
             return False
-        for record in self.call_records:
-            if record.callee != function.name or record.imported or not record.tensors:
+        for record in self.calls_of(function.name):
+            if not record.tensors:
                 continue
             value = record.bind(function.params).get(param)
             if value is not None and id(value) in record.tensors:
@@ -350,18 +365,13 @@ class ModuleFacts:
         return False
 
     def _bound_by_a_call(self, function: FunctionInfo, param: str) -> bool:
-        return any(
-            record.callee == function.name and not record.imported and param in record.bind(function.params)
-            for record in self.call_records
-        )
+        return any(param in record.bind(function.params) for record in self.calls_of(function.name))
 
     def _loader_passed_for(self, function: FunctionInfo, param: str, depth: int) -> Optional[LoaderInfo]:
         """The loader bound to ``param`` at the calls of ``function``, when all
         the calls that pass something visible agree."""
         found: List[LoaderInfo] = []
-        for record in self.call_records:
-            if record.callee != function.name or record.imported:
-                continue
+        for record in self.calls_of(function.name):
             value = record.bind(function.params).get(param)
             if value is None:
                 continue

@@ -81,7 +81,7 @@ def lint_text(text: str, path: str, options: FileOptions) -> LintOutput:
     # first: libcst's native parser can crash the process on input CPython
     # rejects (~1,300 nested parentheses), and compiling costs a seventh of
     # a libcst parse.
-    errors = python_syntax_errors(text, path)
+    tree, errors = _python_tree(text, path)
     if errors:
         return LintOutput(errors, [], False)
     rules = [r for r in options.rules if r is not SyntaxErrorRule and _may_fire(r, text)]
@@ -89,7 +89,7 @@ def lint_text(text: str, path: str, options: FileOptions) -> LintOutput:
         return LintOutput([], [], False)
     try:
         with _collection_paused():
-            return with_deep_stack(_lint_module, text, path, options, rules)
+            return with_deep_stack(_lint_module, elide_large_literals(text, tree), path, options, rules)
     except RecursionError:
         return LintOutput([], [InternalError(path, "engine", "file too deeply nested to analyse")], True)
 
@@ -227,7 +227,7 @@ def text_for_libcst(text: str) -> str:
     return "".join(lines)
 
 
-def _compile_in_pieces(text: str, path: str) -> None:
+def _compile_in_pieces(text: str, path: str) -> ast.Module:
     """``compile(text)``, in time linear in the file. CPython's compiler is
     superlinear on some large modules (a 200k-line file of small functions
     took 31 s against 1.3 s for 50k lines), so the file is parsed whole and
@@ -240,7 +240,7 @@ def _compile_in_pieces(text: str, path: str) -> None:
     tree = compile(text, path, "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
     body = tree.body
     if not body:
-        return
+        return tree
     lines = split_lines(text)
     starts = [min([s.lineno] + [d.lineno for d in getattr(s, "decorator_list", ())]) for s in body]
     last_future = max((i for i, s in enumerate(body) if isinstance(s, ast.ImportFrom) and s.module == "__future__"), default=-1)
@@ -253,17 +253,18 @@ def _compile_in_pieces(text: str, path: str) -> None:
             if exc.lineno is not None:
                 exc.lineno += first - 1
             raise
+    return tree
 
 
 def why_unparsable(text: str) -> Optional[str]:
     """None when both CPython and libcst parse ``text``, else why not. The
     check fixes must pass before anything is written; CPython goes first,
     since libcst can crash on what CPython rejects."""
-    errors = python_syntax_errors(text, "<fixed>")
+    tree, errors = _python_tree(text, "<fixed>")
     if errors:
         return errors[0].message
     try:
-        with_deep_stack(cst.parse_module, text_for_libcst(text))
+        with_deep_stack(cst.parse_module, text_for_libcst(elide_large_literals(text, tree)))
     except Exception as exc:
         return getattr(exc, "message", str(exc)).splitlines()[0]
     return None
@@ -276,19 +277,67 @@ def _may_fire(rule: Type[Rule], text: str) -> bool:
 def python_syntax_errors(text: str, path: str) -> List[Diagnostic]:
     """What CPython's compiler rejects, placed and worded by CPython. Compiling
     (not just parsing) also catches ``return`` outside a function and the like."""
+    return _python_tree(text, path)[1]
+
+
+def _python_tree(text: str, path: str) -> Tuple[Optional[ast.Module], List[Diagnostic]]:
+    """CPython's tree of ``text``, or the syntax errors that stop it."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # invalid escape sequences and the like
-            _compile_in_pieces(text, path)
+            return _compile_in_pieces(text, path), []
     except SyntaxError as exc:  # IndentationError and TabError included
-        return [syntax_error(path, f"{type(exc).__name__}: {exc.msg}", exc.lineno or 1, exc.offset or 1)]
+        return None, [syntax_error(path, f"{type(exc).__name__}: {exc.msg}", exc.lineno or 1, exc.offset or 1)]
     except ValueError as exc:  # null bytes, before Python 3.12
-        return [syntax_error(path, f"SyntaxError: {exc}")]
+        return None, [syntax_error(path, f"SyntaxError: {exc}")]
     except RecursionError:
-        return [syntax_error(path, "SyntaxError: too deeply nested for Python's compiler")]
+        return None, [syntax_error(path, "SyntaxError: too deeply nested for Python's compiler")]
     except MemoryError:
-        return [syntax_error(path, "SyntaxError: too large or too deeply nested for Python's compiler")]
-    return []
+        return None, [syntax_error(path, "SyntaxError: too large or too deeply nested for Python's compiler")]
+
+
+# A top-level assignment of a pure literal (numbers, strings, and lists,
+# tuples, sets and dicts of them) holds no call, name or attribute, so no rule
+# can fire inside it; libcst's parse of a large one costs superlinear time and
+# about 1 GB per MB of source. libcst sees ``NAME = ...`` in its place instead.
+LARGE_LITERAL_CHARS = 20_000
+_LITERAL_NODES = (ast.Constant, ast.List, ast.Tuple, ast.Set, ast.Dict, ast.UnaryOp, ast.USub, ast.UAdd, ast.Load)
+
+
+def elide_large_literals(text: str, tree: Optional[ast.Module]) -> str:
+    """``text`` with each large top-level pure-literal assignment reduced to
+    ``NAME = ...``. Every line keeps its number and every other line its
+    text, so positions, ``# noqa`` comments and fixes elsewhere are
+    unchanged; comment-only lines inside the literal stay too."""
+    if tree is None or len(text) < LARGE_LITERAL_CHARS:
+        return text
+    lines = split_lines(text)
+    body = tree.body
+    changed = False
+    for index, statement in enumerate(body):
+        if not isinstance(statement, (ast.Assign, ast.AnnAssign)) or statement.value is None or statement.col_offset:
+            continue
+        first, last = statement.lineno, statement.end_lineno or statement.lineno
+        if sum(len(lines[row]) for row in range(first - 1, last)) < LARGE_LITERAL_CHARS:
+            continue
+        if (index + 1 < len(body) and body[index + 1].lineno <= last) or (index and (body[index - 1].end_lineno or 0) >= first):
+            continue  # shares a line with another statement (`;`)
+        targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+        if not all(isinstance(target, ast.Name) for target in targets):
+            continue
+        if not all(isinstance(node, _LITERAL_NODES) for node in ast.walk(statement.value)):
+            continue
+        tail = lines[last - 1].encode("utf-8")[statement.end_col_offset or 0 :].decode("utf-8", "replace").strip()
+        if tail and not tail.startswith("#"):
+            continue
+        kept = []
+        for line in lines[first - 1 : last]:
+            ending = line[len(line.rstrip("\r\n")) :]
+            kept.append(line if line.lstrip().startswith("#") else ending)
+        kept[0] = " = ".join(target.id for target in targets) + " = ..." + kept[0]  # kept[0]: its line ending
+        lines[first - 1 : last] = kept
+        changed = True
+    return "".join(lines) if changed else text
 
 
 def _place(reports, module: cst.Module, text: str, path: str) -> List[Diagnostic]:
