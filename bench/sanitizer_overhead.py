@@ -176,6 +176,30 @@ def without_nvml(torch) -> None:
     nvml.NvmlSampler.start = lambda self: False
 
 
+def race_without_sites(torch) -> None:
+    """The race check with no user stack captured per op (what the stacks cost)."""
+    from torchlint.sanitizer import race_ops
+
+    race_ops.bind_tracebacks = lambda torch: None  # start() binds them; leave ``_gather`` None
+
+
+def gpu_trace_floor(torch) -> None:
+    """gpu_trace switched on as the race check leaves it under the native tap, with no check behind it.
+
+    Every CUDA event, sync, allocation and free then makes a C++-to-Python
+    round trip; the two memory registries call a C builtin, as the check
+    arranges while the tap runs.
+    """
+    import importlib
+
+    trace = importlib.import_module("torch.cuda._gpu_trace")
+    for name in ("CUDAMemoryAllocationCallbacks", "CUDAMemoryDeallocationCallbacks"):
+        registry = getattr(trace, name, None)
+        if registry is not None:
+            registry.fire_callbacks = id
+    torch._C._activate_gpu_trace()
+
+
 def without_timeline(torch) -> None:
     """The checks record nothing for the HTML report and the trace."""
     from torchlint.sanitizer import timeline
@@ -205,6 +229,10 @@ MODES: List[Mode] = [
     Mode("sync+memory-no-watcher", frozenset({"sync", "memory"}), setup=without_memory_watcher),
     Mode("sync+memory-no-nvml", frozenset({"sync", "memory"}), setup=without_nvml),
     Mode("sync+memory-no-timeline", frozenset({"sync", "memory"}), setup=without_timeline),
+    # Diagnosis of the race check: without per-op stacks, without the timeline, and gpu_trace's floor alone.
+    Mode("race-no-sites", frozenset({"race"}), setup=race_without_sites),
+    Mode("race-no-timeline", frozenset({"race"}), setup=without_timeline),
+    Mode("gpu-trace", setup=gpu_trace_floor),
     # Floors, for reading the race figures: hooks with no analysis behind them.
     Mode("empty-mode", setup=enable_empty_dispatch_mode),
     Mode("empty-mode+trace", setup=enable_empty_dispatch_mode_and_gpu_trace),
@@ -212,6 +240,11 @@ MODES: List[Mode] = [
 
 
 # --- child: one (workload, mode) in this process ----------------------------------------
+
+def _allocations(torch) -> int:
+    """Blocks the caching allocator has handed out so far (each one a gpu_trace round trip when it is on)."""
+    return int(torch.cuda.memory_stats().get("allocation.all.allocated", 0))
+
 
 def run_child(workload: str, mode_name: str, steps: int, repeats: int, warmup: int) -> Dict[str, object]:
     import torch
@@ -234,6 +267,7 @@ def run_child(workload: str, mode_name: str, steps: int, repeats: int, warmup: i
             step()
         synchronize()
         times = []
+        allocations_before = _allocations(torch)
         for _ in range(repeats):
             start = time.perf_counter()
             for _ in range(steps):
@@ -244,7 +278,9 @@ def run_child(workload: str, mode_name: str, steps: int, repeats: int, warmup: i
         if session is not None:
             session.stop()
     result: Dict[str, object] = {"workload": workload, "mode": mode_name, "ms_per_step": statistics.median(times),
-                                 "all_ms": times, "steps": steps}
+                                 "all_ms": times, "steps": steps,
+                                 "allocations_per_step": (_allocations(torch) - allocations_before) / (steps * repeats),
+                                 "steps_run": warmup + steps * repeats}
     if session is not None:
         result["findings"] = [f"{f.kind}:{f.details.get('sync_kind', '')}@{os.path.basename(f.file or '')}:{f.line}"
                               for f in session.findings]
@@ -328,12 +364,17 @@ def main(argv: Optional[List[str]] = None) -> int:
         notes = ""
         if len(r.get("rounds_ms", [])) > 1:
             notes = "rounds " + "/".join(f"{v:.3f}" for v in r["rounds_ms"]) + "  "
+        if r.get("allocations_per_step"):
+            notes += f"{r['allocations_per_step']:.0f} allocs/step  "
         race = r.get("race") or {}
         if race.get("interception"):
             tap = race.get("native_tap") or {}
             notes += f"[{race['interception']}"
             if tap:
                 notes += f": {tap.get('accesses_forwarded', 0)} of {tap.get('accesses_forwarded', 0) + tap.get('accesses_local', 0)} accesses forwarded"
+                if r.get("steps_run"):
+                    notes += (f", {tap.get('ops_seen', 0) / r['steps_run']:.0f} ops seen"
+                              f" and {tap.get('ops_recorded', 0) / r['steps_run']:.0f} recorded per step")
             notes += "]  "
         if r.get("findings"):
             notes += f"{len(r['findings'])} finding(s): " + ", ".join(r["findings"][:3])

@@ -83,12 +83,29 @@ def _load(quiet: bool):
 
     name = _build_name(torch)
     folder = os.path.join(cache_dir(), name)
+    try:
+        return _built_or_build(torch, name, folder, quiet, trace_filter=True)
+    except TapUnavailable as error:
+        # The gpu_trace filter follows torch's private interpreter vtable: on a
+        # torch whose vtable differs it does not compile, and the tap is built
+        # without it (every allocation then costs the check a Python round trip).
+        try:
+            return _built_or_build(torch, name + "_plain", folder, quiet, trace_filter=False)
+        except TapUnavailable:
+            raise error from None
+
+
+def _built_or_build(torch, name: str, folder: str, quiet: bool, trace_filter: bool):
     built = os.path.join(folder, f"{name}.so")
+    failed = os.path.join(folder, f"{name}.failed")
     if os.path.exists(built):
         try:
             return _import_built(name, built)
         except ImportError as error:
             raise TapUnavailable(f"cannot load {built}: {error}") from None
+    if trace_filter and os.path.exists(failed):  # failed on this torch before: not retried on every run
+        with open(failed, encoding="utf-8", errors="replace") as handle:
+            raise TapUnavailable(handle.read().strip() or "build failed")
     try:
         from torch.utils import cpp_extension
     except ImportError as error:
@@ -106,9 +123,16 @@ def _load(quiet: bool):
             name=name,
             sources=[SOURCE],
             build_directory=folder,
-            extra_cflags=["-O2", "-DNDEBUG"],
+            extra_cflags=["-O2", "-DNDEBUG", f"-DTORCHLINT_TRACE_FILTER={int(trace_filter)}"],
             verbose=False,
         )
     except Exception as error:  # compiler missing, headers missing, compile errors
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise TapUnavailable(f"build failed: {first}") from None
+        reason = f"build failed: {first}"
+        if trace_filter:  # the plain build is retried each run: a compiler may be installed later
+            try:
+                with open(failed, "w", encoding="utf-8") as handle:
+                    handle.write(reason)
+            except OSError:
+                pass
+        raise TapUnavailable(reason) from None

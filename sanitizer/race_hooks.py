@@ -35,6 +35,9 @@ from .sync import PROTOTYPE_WARNING, SYNC_WARNING
 _ACTIVE = None
 _TRACE_REGISTERED = False
 _TRACE_LOCK = threading.Lock()
+_TORCH_TRACE_ACTIVATED = False
+# gpu_trace's registries of allocations and frees (their names since torch 2.1).
+_MEMORY_REGISTRIES = ("MemoryAllocationCallbacks", "MemoryDeallocationCallbacks")
 # Set while one of our own wrappers (collectives) runs, so the dispatch mode
 # does not count the c10d ops it issues a second time.
 _LOCAL = threading.local()
@@ -88,57 +91,70 @@ class TorchHooks:
 
     # -- gpu_trace (once per process) ----------------------------------------
 
-    def _register_trace(self, torch) -> None:
+    def _register_trace(self, torch, tap=None) -> None:
+        """Route CUDA events, syncs and stream creations to the engine through gpu_trace.
+
+        The callbacks are registered once per process. Under a native tap built
+        with the gpu_trace filter, the filter is installed for this check's
+        lifetime (removed at ``stop()``) and torch's own gpu_trace is never
+        switched on: events and syncs still reach the callbacks, allocations and
+        frees cost nothing. Otherwise torch's gpu_trace is switched on, for the
+        rest of the process (it cannot be switched off).
+        """
+        trace = self._register_trace_callbacks(torch)
+        if trace is None:
+            return
+        if tap is not None and hasattr(tap, "install_trace_filter"):
+            tap.install_trace_filter(forward_memory=_memory_listeners_besides_ours(trace))
+            self._trace_filter = tap
+            self._gpu_trace_route = "filtered: events and syncs only"
+            return
+        _activate_torch_gpu_trace(torch)
+        self._gpu_trace_route = "torch: every event, sync, allocation and free"
+        if tap is not None:
+            self._quiet_memory_trace(trace)
+
+    def _register_trace_callbacks(self, torch):
+        """``torch.cuda._gpu_trace`` with this module's callbacks registered (once), or None without it."""
         global _TRACE_REGISTERED
         with _TRACE_LOCK:
+            trace = _gpu_trace_module()
+            if getattr(torch._C, "_activate_gpu_trace", None) is None or trace is None:
+                if not _TRACE_REGISTERED:
+                    self.notes.append("torch has no gpu_trace: syncs issued from C++ are not seen (false alarms possible)")
+                    _TRACE_REGISTERED = True
+                return None
             if _TRACE_REGISTERED:
-                return
-            activate = getattr(torch._C, "_activate_gpu_trace", None)
-            try:  # a submodule: not imported by ``import torch``
-                import importlib
-
-                trace = importlib.import_module("torch.cuda._gpu_trace")
-            except ImportError:
-                trace = None
-            if activate is None or trace is None:
-                self.notes.append("torch has no gpu_trace: syncs issued from C++ are not seen (false alarms possible)")
-                _TRACE_REGISTERED = True
-                return
-            hooks = {
-                "register_callback_for_event_record": _trace_event_record,
-                "register_callback_for_event_wait": _trace_event_wait,
-                "register_callback_for_event_synchronization": _trace_event_sync,
-                "register_callback_for_stream_synchronization": _trace_stream_sync,
-                "register_callback_for_device_synchronization": _trace_device_sync,
-                "register_callback_for_memory_deallocation": _trace_free,
-                "register_callback_for_stream_creation": _trace_stream_created,
-                "register_callback_for_event_deletion": _trace_event_deleted,
-            }
-            for register, callback in hooks.items():
+                return trace
+            for register, callback in _TRACE_CALLBACKS.items():
                 function = getattr(trace, register, None)
                 if function is not None:
                     function(callback)
-            activate()
             _TRACE_REGISTERED = True
+            return trace
 
-    def _quiet_memory_trace(self) -> None:
-        """Under the native tap, allocations and frees cost no Python frame.
+    def _remove_trace_filter(self) -> None:
+        tap, self._trace_filter = self._trace_filter, None
+        if tap is not None:
+            tap.remove_trace_filter()
 
-        Once gpu_trace is on, torch calls each registry's ``fire_callbacks``
-        for every block the caching allocator hands out or takes back. The tap
-        learns of a new owner of the bytes itself (a new generation, which
-        frees the previous owner in the engine and honours its
-        ``record_stream`` pledges), so while it runs the two memory registries
-        call a C builtin instead, unless something else listens on them.
-        Restored at ``stop()``.
+    def _quiet_memory_trace(self, trace) -> None:
+        """Without the filter, allocations and frees under the native tap cost no Python frame.
+
+        Once gpu_trace is on, torch calls each memory registry's
+        ``fire_callbacks`` for every block the caching allocator hands out or
+        takes back. The tap learns of a new owner of the bytes itself (a new
+        generation, which frees the previous owner in the engine and honours
+        its ``record_stream`` pledges), so while it runs the two memory
+        registries call a C builtin instead, unless something else listens on
+        them. Restored at ``stop()``.
         """
-        trace = sys.modules.get("torch.cuda._gpu_trace")
-        for name in ("CUDAMemoryAllocationCallbacks", "CUDAMemoryDeallocationCallbacks"):
+        if _memory_listeners_besides_ours(trace):
+            return
+        for name in _MEMORY_REGISTRIES:
             registry = getattr(trace, name, None)
-            callbacks = getattr(registry, "callback_list", None)
-            if callbacks is None or any(callback is not _trace_free for callback in callbacks):
-                continue
-            self._patch(registry, "fire_callbacks", id)
+            if registry is not None:
+                self._patch(registry, "fire_callbacks", id)
 
     # -- cheap wrappers installed at start ------------------------------------
 
@@ -523,3 +539,42 @@ def _trace_event_deleted(event):
     if engine is None:
         return
     engine.forget_event(event)
+
+
+_TRACE_CALLBACKS = {
+    "register_callback_for_event_record": _trace_event_record,
+    "register_callback_for_event_wait": _trace_event_wait,
+    "register_callback_for_event_synchronization": _trace_event_sync,
+    "register_callback_for_stream_synchronization": _trace_stream_sync,
+    "register_callback_for_device_synchronization": _trace_device_sync,
+    "register_callback_for_memory_deallocation": _trace_free,
+    "register_callback_for_stream_creation": _trace_stream_created,
+    "register_callback_for_event_deletion": _trace_event_deleted,
+}
+
+
+def _gpu_trace_module():
+    try:  # a submodule: not imported by ``import torch``
+        import importlib
+
+        return importlib.import_module("torch.cuda._gpu_trace")
+    except ImportError:
+        return None
+
+
+def _activate_torch_gpu_trace(torch) -> None:
+    """torch's own gpu_trace, on for the rest of the process (once)."""
+    global _TORCH_TRACE_ACTIVATED
+    with _TRACE_LOCK:
+        if not _TORCH_TRACE_ACTIVATED:
+            torch._C._activate_gpu_trace()
+            _TORCH_TRACE_ACTIVATED = True
+
+
+def _memory_listeners_besides_ours(trace) -> bool:
+    """Whether anything but this check listens to gpu_trace's allocations and frees (CSAN, the user)."""
+    for name in _MEMORY_REGISTRIES:
+        callbacks = getattr(getattr(trace, name, None), "callback_list", None) or []
+        if any(callback is not _trace_free for callback in callbacks):
+            return True
+    return False

@@ -29,6 +29,14 @@
 
 #include <ATen/record_function.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#ifndef TORCHLINT_TRACE_FILTER
+#define TORCHLINT_TRACE_FILTER 1
+#endif
+#if TORCHLINT_TRACE_FILTER
+#include <c10/core/impl/GPUTrace.h>
+#include <c10/core/impl/PyInterpreter.h>
+#include <torch/csrc/PyInterpreter.h>
+#endif
 #include <torch/csrc/DynamicTypes.h>
 
 #include <algorithm>
@@ -634,6 +642,147 @@ void disable() {
   t.gather.reset();
 }
 
+// -- gpu_trace without a Python round trip per allocation -------------------------
+//
+// Once gpu_trace is on, torch's C++ side calls into Python (GIL, module
+// import, two attribute lookups, the registry's fire_callbacks) for every CUDA
+// event, sync and stream creation, and for every block the caching allocator
+// hands out or takes back: about 3 us each on an H100 host, two per
+// short-lived tensor. Under the tap the check needs no memory event (it sees a
+// new owner of the bytes itself), so while the tap runs GPUTrace points at this
+// interpreter instead of torch's: it forwards the events and syncs to torch's
+// own (the Python callbacks see them as before) and drops allocations and
+// frees, unless something else listens to them (``forward_memory``). GPUTrace's
+// state is two public statics, so the interpreter it held before is restored
+// when the check stops (remove_trace_filter): after the session, no callback of
+// any kind reaches Python unless gpu_trace was on before it. Built only where the torch headers match
+// the vtable below (TORCHLINT_TRACE_FILTER); otherwise native_tap.py builds the
+// tap without it and the check switches torch's gpu_trace on as the fallback does.
+#if TORCHLINT_TRACE_FILTER
+using c10::impl::PyInterpreterVTable;
+using c10::TensorImpl;
+
+struct FilteredTrace final : PyInterpreterVTable {
+  const PyInterpreterVTable* real = nullptr;  // torch's interpreter: everything else goes there
+  std::atomic<bool> forward_memory{false};
+
+  std::string name() const override { return real->name(); }
+  void incref(PyObject* o) const override { real->incref(o); }
+  void decref(PyObject* o) const override { real->decref(o); }
+  bool try_incref(const c10::impl::PyObjectSlot& slot) const override { return real->try_incref(slot); }
+  size_t refcnt(PyObject* o) const override { return real->refcnt(o); }
+  c10::intrusive_ptr<TensorImpl> detach(const TensorImpl* self) const override { return real->detach(self); }
+  void dispatch(const c10::OperatorHandle& op, torch::jit::Stack* stack) const override { real->dispatch(op, stack); }
+  void reportErrorCallback(PyObject* callback, c10::DispatchKey key) const override {
+    real->reportErrorCallback(callback, key);
+  }
+  void python_op_registration_trampoline(const c10::OperatorHandle& op, c10::DispatchKey key,
+                                         c10::DispatchKeySet keyset, torch::jit::Stack* stack, bool with_keyset,
+                                         bool with_op) const override {
+    real->python_op_registration_trampoline(op, key, keyset, stack, with_keyset, with_op);
+  }
+  void throw_abstract_impl_not_imported_error(std::string opname, const char* pymodule,
+                                              const char* context) const override {
+    real->throw_abstract_impl_not_imported_error(std::move(opname), pymodule, context);
+  }
+  void python_dispatcher(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
+                         torch::jit::Stack* stack) const override {
+    real->python_dispatcher(op, keys, stack);
+  }
+  bool is_contiguous(const TensorImpl* self, at::MemoryFormat format) const override {
+    return real->is_contiguous(self, format);
+  }
+  c10::SymBool sym_is_contiguous(const TensorImpl* self, at::MemoryFormat format) const override {
+    return real->sym_is_contiguous(self, format);
+  }
+  bool is_strides_like(const TensorImpl* self, at::MemoryFormat format) const override {
+    return real->is_strides_like(self, format);
+  }
+  bool is_non_overlapping_and_dense(const TensorImpl* self) const override {
+    return real->is_non_overlapping_and_dense(self);
+  }
+  c10::Device device(const TensorImpl* self) const override { return real->device(self); }
+  int64_t dim(const TensorImpl* self) const override { return real->dim(self); }
+  c10::IntArrayRef strides(const TensorImpl* self) const override { return real->strides(self); }
+  c10::IntArrayRef sizes(const TensorImpl* self) const override { return real->sizes(self); }
+  c10::SymIntArrayRef sym_sizes(const TensorImpl* self) const override { return real->sym_sizes(self); }
+  c10::Layout layout(const TensorImpl* self) const override { return real->layout(self); }
+  int64_t numel(const TensorImpl* self) const override { return real->numel(self); }
+  c10::SymInt sym_numel(const TensorImpl* self) const override { return real->sym_numel(self); }
+  c10::SymIntArrayRef sym_strides(const TensorImpl* self) const override { return real->sym_strides(self); }
+  c10::SymInt sym_storage_offset(const TensorImpl* self) const override { return real->sym_storage_offset(self); }
+  void reset_backward_hooks(const TensorImpl* self) const override { real->reset_backward_hooks(self); }
+
+  void trace_gpu_event_creation(c10::DeviceType type, uintptr_t event) const override {
+    real->trace_gpu_event_creation(type, event);
+  }
+  void trace_gpu_event_deletion(c10::DeviceType type, uintptr_t event) const override {
+    real->trace_gpu_event_deletion(type, event);
+  }
+  void trace_gpu_event_record(c10::DeviceType type, uintptr_t event, uintptr_t stream) const override {
+    real->trace_gpu_event_record(type, event, stream);
+  }
+  void trace_gpu_event_wait(c10::DeviceType type, uintptr_t event, uintptr_t stream) const override {
+    real->trace_gpu_event_wait(type, event, stream);
+  }
+  void trace_gpu_memory_allocation(c10::DeviceType type, uintptr_t ptr) const override {
+    if (forward_memory.load(std::memory_order_relaxed)) real->trace_gpu_memory_allocation(type, ptr);
+  }
+  void trace_gpu_memory_deallocation(c10::DeviceType type, uintptr_t ptr) const override {
+    if (forward_memory.load(std::memory_order_relaxed)) real->trace_gpu_memory_deallocation(type, ptr);
+  }
+  void trace_gpu_stream_creation(c10::DeviceType type, uintptr_t stream) const override {
+    real->trace_gpu_stream_creation(type, stream);
+  }
+  void trace_gpu_device_synchronization(c10::DeviceType type) const override {
+    real->trace_gpu_device_synchronization(type);
+  }
+  void trace_gpu_stream_synchronization(c10::DeviceType type, uintptr_t stream) const override {
+    real->trace_gpu_stream_synchronization(type, stream);
+  }
+  void trace_gpu_event_synchronization(c10::DeviceType type, uintptr_t event) const override {
+    real->trace_gpu_event_synchronization(type, event);
+  }
+};
+
+struct TraceFilter {
+  FilteredTrace vtable;
+  c10::impl::PyInterpreter interpreter{&vtable};
+  bool installed = false;
+  const c10::impl::PyInterpreter* replaced = nullptr;  // what GPUTrace held before
+  bool replaced_have_state = false;
+};
+
+TraceFilter& trace_filter() {
+  static TraceFilter* instance = new TraceFilter();  // never destroyed: another thread may be inside it
+  return *instance;
+}
+
+bool install_trace_filter(bool forward_memory) {
+  TraceFilter& f = trace_filter();
+  f.vtable.real = &**getPyInterpreter();
+  f.vtable.forward_memory.store(forward_memory);
+  if (!f.installed) {
+    f.replaced = c10::impl::GPUTrace::gpuTraceState.load(std::memory_order_acquire);
+    f.replaced_have_state = c10::impl::GPUTrace::haveState;
+    c10::impl::GPUTrace::gpuTraceState.store(&f.interpreter, std::memory_order_release);
+    c10::impl::GPUTrace::haveState = true;
+    f.installed = true;
+  }
+  return true;
+}
+
+void remove_trace_filter() {
+  TraceFilter& f = trace_filter();
+  if (!f.installed) return;
+  c10::impl::GPUTrace::gpuTraceState.store(f.replaced, std::memory_order_release);
+  c10::impl::GPUTrace::haveState = f.replaced_have_state;
+  f.installed = false;
+}
+
+bool trace_filter_installed() { return trace_filter().installed; }
+#endif
+
 int64_t tick() { return ++tap().counter; }
 
 size_t local_records() { return tap().local_records; }
@@ -707,4 +856,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("exit_collective", &exit_collective);
   m.def("stats", &stats);
   m.def("local_records", &local_records);
+#if TORCHLINT_TRACE_FILTER
+  m.def("install_trace_filter", &install_trace_filter, py::arg("forward_memory"));
+  m.def("remove_trace_filter", &remove_trace_filter);
+  m.def("trace_filter_installed", &trace_filter_installed);
+#endif
 }

@@ -134,6 +134,8 @@ class RaceCheck(TorchHooks):
         self._internal_streams: set = set()  # a collective backend's own streams (native tap only)
         self._tap_gens: Dict[int, Tuple[int, AllocInfo]] = {}  # base -> (generation, its allocation)
         self._tap_stats: Dict[str, Any] = {}  # the tap's counters, kept at stop()
+        self._trace_filter = None  # the tap, while its gpu_trace filter is installed
+        self._gpu_trace_route: Optional[str] = None  # what reaches the check through gpu_trace
         self._interception: Optional[str] = None  # "native tap" or "dispatch mode", once active
         # Host syncs before activation, with the blocks live at each (race_prehistory.py).
         self._ledger = HostSyncLedger()
@@ -175,6 +177,7 @@ class RaceCheck(TorchHooks):
         race_hooks.clear_active(self)
         self._remove_mode()
         self._remove_tap()
+        self._remove_trace_filter()
         self._unwatch_implicit_syncs()
         self._patcher.restore_all()
         self._triton_wrapped = False
@@ -214,6 +217,8 @@ class RaceCheck(TorchHooks):
             "activation_reason": self._activation_reason,
             "interception": self._interception,
         }
+        if self._gpu_trace_route:
+            data["gpu_trace"] = self._gpu_trace_route
         if self._tap_unavailable:
             data["native_tap_unavailable"] = self._tap_unavailable
         stats = dict(self._tap.stats()) if self._tap is not None else dict(self._tap_stats)
@@ -256,7 +261,7 @@ class RaceCheck(TorchHooks):
         engine.on_race = self._on_race
         self._engine = engine
         if self._device_filter == "cuda":
-            self._register_trace(torch)
+            self._register_trace(torch, tap)
         if self._memory_snapshot is not None:
             self._seed_unfinished()
         if not self._triton_wrapped:
@@ -264,8 +269,6 @@ class RaceCheck(TorchHooks):
         if tap is not None:
             self._tap = tap
             self._interception = "native tap"
-            if self._device_filter == "cuda":
-                self._quiet_memory_trace()
             tap.enable(self._on_tap, race_ops._gather, self._device_filter != "cuda")
             return
         self._interception = "dispatch mode"

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import types
 
 import pytest
 
@@ -88,9 +89,31 @@ def test_a_failed_build_is_one_line_and_not_retried(monkeypatch, tmp_path):
         with pytest.raises(native_tap.TapUnavailable) as error:
             native_tap.load(quiet=True)
         assert str(error.value) == "build failed: Error building extension 'x'"
-    assert len(calls) == 1
+    # Once with the gpu_trace filter, once without it; then never again in this process.
+    assert [c["extra_cflags"][-1] for c in calls] == ["-DTORCHLINT_TRACE_FILTER=1", "-DTORCHLINT_TRACE_FILTER=0"]
     assert calls[0]["build_directory"].startswith(str(tmp_path))
     assert "-DNDEBUG" in calls[0]["extra_cflags"]  # torch's RecordFunction layout depends on it
+    # A new process does not try the filter again on this torch; the plain build is retried.
+    monkeypatch.setattr(native_tap, "_FAILURE", None)
+    with pytest.raises(native_tap.TapUnavailable):
+        native_tap.load(quiet=True)
+    assert [c["extra_cflags"][-1] for c in calls[2:]] == ["-DTORCHLINT_TRACE_FILTER=0"]
+
+
+def test_a_torch_whose_vtable_differs_gets_the_tap_without_the_filter(monkeypatch, tmp_path):
+    monkeypatch.setattr(native_tap, "_MODULE", None)
+    monkeypatch.setattr(native_tap, "_FAILURE", None)
+    monkeypatch.setenv("TORCHLINT_CACHE_DIR", str(tmp_path))
+    from torch.utils import cpp_extension
+
+    def build(**kwargs):
+        if "-DTORCHLINT_TRACE_FILTER=1" in kwargs["extra_cflags"]:
+            raise RuntimeError("Error building extension: 'sym_is_contiguous' marked 'override', but does not override")
+        return types.SimpleNamespace(name=kwargs["name"])
+
+    monkeypatch.setattr(cpp_extension, "load", build)
+    module = native_tap.load(quiet=True)
+    assert module.name.endswith("_plain")
 
 
 def test_build_tap_flag_builds_or_finds_it_and_exits():
@@ -121,3 +144,25 @@ def test_history_every_stream_is_ordered_after_is_pruned_from_the_tap(monkeypatc
         assert check.findings() == []
     finally:
         check.stop()
+
+
+def test_the_memory_registries_the_check_quiets_exist_in_this_torch():
+    import torch.cuda._gpu_trace as trace
+
+    from torchlint.sanitizer import race_hooks
+
+    for name in race_hooks._MEMORY_REGISTRIES:
+        assert hasattr(getattr(trace, name), "fire_callbacks"), name
+
+
+def test_the_gpu_trace_filter_installs_and_restores():
+    tap = native_tap.load(quiet=True)
+    if not hasattr(tap, "install_trace_filter"):
+        pytest.skip("this torch's interpreter vtable differs: the tap was built without the filter")
+    assert not tap.trace_filter_installed()
+    tap.install_trace_filter(forward_memory=False)
+    try:
+        assert tap.trace_filter_installed()
+    finally:
+        tap.remove_trace_filter()
+    assert not tap.trace_filter_installed()
