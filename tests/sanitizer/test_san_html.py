@@ -12,6 +12,8 @@ import pytest
 
 from torchlint.sanitizer.html_report import main, render
 
+from stepless_run import NEW_SEGMENT_PHASES, PHASES, stepless_report
+
 REPORTS = pathlib.Path(__file__).parent / "data" / "reports"
 
 
@@ -94,6 +96,36 @@ def test_a_run_without_optimizer_steps(tour):
     assert "no optimizer steps: the whole run is one step" in page
     assert not _with_class(_tags(page), "step")
     assert len(_with_class(_tags(page), "sync-mark")) == len(report["timeline"]["syncs"])
+
+
+@pytest.fixture(scope="module")
+def stepless():
+    return stepless_report()
+
+
+def _corners(attrs):
+    return [tuple(float(v) for v in point.split(",")) for point in attrs["points"].split()]
+
+
+def test_a_stepless_run_gets_its_memory_curve_from_the_watcher(stepless):
+    """No optimizer step at all: the chart still follows every phase the watcher saw."""
+    rows = stepless["timeline"]["memory"]
+    assert stepless["steps"]["completed"] == 0 and stepless["timeline"]["steps"] == []
+    assert [row[1:4] for row in rows] == [[a * (1 << 20), r * (1 << 20), s] for a, r, s in PHASES]
+    tags = _tags(render([stepless]))
+    [allocated] = _with_class(tags, "allocated")
+    corners = _corners(allocated)
+    # A step curve: each row holds until the next, the last until the run's end.
+    assert len(corners) == 2 * len(rows)
+    assert all(a[0] == b[0] or a[1] == b[1] for a, b in zip(corners, corners[1:]))
+    assert [x for x, _ in corners] == sorted(x for x, _ in corners)
+    assert len({y for _, y in corners}) == len({a for a, _, _ in PHASES})
+    assert corners[-1][0] > corners[0][0] + 600  # spread over the chart, not squeezed into a step band
+    marks = _with_class(tags, "segment-mark")
+    assert len(marks) == len(stepless["timeline"]["segments"]) == len(NEW_SEGMENT_PHASES)
+    page = render([stepless])
+    assert page.count("step 0: allocated") == len(rows)  # one hover per row
+    assert "stepless_run.py:" in page.split('id="memory-chart"')[1]  # a new segment's line
 
 
 def test_merged_ranks_get_a_filter_and_tagged_rows(tour):
