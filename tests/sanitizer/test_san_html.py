@@ -128,6 +128,18 @@ def test_a_stepless_run_gets_its_memory_curve_from_the_watcher(stepless):
     assert "stepless_run.py:" in page.split('id="memory-chart"')[1]  # a new segment's line
 
 
+@pytest.mark.parametrize("name", sorted(p.name for p in REPORTS.glob("*.json") if p.name != "profiler_alignment.json"))
+def test_recorded_reports_still_draw_their_memory_rows(name):
+    """Reports recorded before the watcher fed the curve (one row per sampled step) read the same way."""
+    report = json.loads((REPORTS / name).read_text())
+    rows = report["timeline"]["memory"]
+    tags = _tags(render([report]))
+    [reserved] = _with_class(tags, "reserved")
+    corners = _corners(reserved)
+    assert len(corners) == 2 * len(rows) - 1 + (report["timeline"]["clock"]["duration_s"] > rows[-1][0])
+    assert all(a[0] == b[0] or a[1] == b[1] for a, b in zip(corners, corners[1:]))
+
+
 def test_merged_ranks_get_a_filter_and_tagged_rows(tour):
     ranks = []
     for rank in (0, 1):
