@@ -12,8 +12,8 @@ one inline script only filters by rank. It holds the run's facts, a timeline
 (steps, sync stalls sized by host wait, races and OOMs), a memory chart
 (allocated and reserved bytes as the memory check's watcher saw them, steps
 or no steps, each value held until the next; new segments, the fragmented
-peak, the OOM and its allocating line), and per-site tables linked to the static rule's text
-(``torchlint rule CODE``).
+peak, the OOM and its allocating line), and per-site tables linked to the
+static rule's text (``torchlint rule CODE``).
 """
 from __future__ import annotations
 

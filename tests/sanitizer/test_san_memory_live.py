@@ -6,7 +6,6 @@ test_san_memory.py.
 """
 import warnings
 
-import pytest
 
 from torchlint.sanitizer import fragmentation as frag
 from torchlint.sanitizer.findings import FRAGMENTATION
