@@ -6,7 +6,6 @@ test_san_memory.py.
 """
 import warnings
 
-
 from torchlint.sanitizer import fragmentation as frag
 from torchlint.sanitizer.findings import FRAGMENTATION
 from torchlint.sanitizer.timeline import Timeline
