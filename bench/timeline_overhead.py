@@ -3,10 +3,12 @@
     python bench/timeline_overhead.py [--events 200000]
 
 Times, in one run, the hook calls the checks make per event (``step``,
-``sync``, ``memory_sample_due``, ``memory``, ``launches``) and a session's
-step boundary with and without the timeline, and prints the cost per call
-and its share of a 1 ms training step (the launch-bound workload of
-bench/sanitizer_overhead.py runs at about 2 ms/step on an H100). The GPU
+``sync``, ``launches``; ``memory``, which the memory check's watcher thread
+calls once per 20 ms look, with a changed and an unchanged allocator state)
+and a session's step boundary with and without the timeline, and prints the
+cost per call and its share of a 1 ms training step (the launch-bound
+workload of bench/sanitizer_overhead.py runs at about 2 ms/step on an H100).
+The GPU
 ratios (sync+memory against no sanitizer) come from
 ``bench/sanitizer_overhead.py``.
 """
@@ -43,15 +45,15 @@ def main() -> int:
         for index in range(n):
             timeline.sync("item", "train.py", 12, 0.0001, "TL101", index)
 
-    def due(n):
+    def memory_changed(n):
+        timeline = Timeline()  # the default bound: rows merge in pairs every time it fills
+        for index in range(n):
+            timeline.memory(index, 2 << 30, 10, 0)
+
+    def memory_unchanged(n):
         timeline = Timeline()
         for _ in range(n):
-            timeline.memory_sample_due()
-
-    def memory(n):
-        timeline = Timeline(max_events=n)
-        for index in range(n):
-            timeline.memory(1 << 30, 2 << 30, 10, index)
+            timeline.memory(1 << 30, 2 << 30, 10, 0)
 
     def launches(n):
         timeline = Timeline(max_events=n)
@@ -71,8 +73,8 @@ def main() -> int:
 
     rows = [("Timeline.step", per_call_ns(steps, events)),
             ("Timeline.sync", per_call_ns(syncs, events)),
-            ("Timeline.memory_sample_due", per_call_ns(due, events)),
-            ("Timeline.memory", per_call_ns(memory, events)),
+            ("Timeline.memory (changed)", per_call_ns(memory_changed, events)),
+            ("Timeline.memory (unchanged)", per_call_ns(memory_unchanged, events)),
             ("Timeline.launches (per launch)", per_call_ns(launches, events))]
     without = per_call_ns(session_steps(False), events)
     with_timeline = per_call_ns(session_steps(True), events)

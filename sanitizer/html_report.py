@@ -10,9 +10,10 @@ The page needs no network: the charts are inline SVG drawn here from the
 report's ``timeline`` field, hovering uses SVG ``<title>`` tooltips, and the
 one inline script only filters by rank. It holds the run's facts, a timeline
 (steps, sync stalls sized by host wait, races and OOMs), a memory chart
-(allocated and reserved bytes, new segments, the fragmented peak, the OOM and
-its allocating line), and per-site tables linked to the static rule's text
-(``torchlint rule CODE``).
+(allocated and reserved bytes as the memory check's watcher saw them, steps
+or no steps, each value held until the next; new segments, the fragmented
+peak, the OOM and its allocating line), and per-site tables linked to the
+static rule's text (``torchlint rule CODE``).
 """
 from __future__ import annotations
 
@@ -237,9 +238,10 @@ def _memory_svg(reports: Sequence[Dict[str, Any]], ranks: Sequence[str]) -> str:
     for report, rank in zip(reports, ranks):
         timeline = report.get("timeline") or {}
         rows = timeline.get("memory", [])
+        end = (timeline.get("clock") or {}).get("duration_s")
         parts.append(f'<g data-rank="{_e(rank)}">')
         for index, name in ((1, "allocated"), (2, "reserved")):
-            points = " ".join(f"{scale.x(row[0])},{y(row[index])}" for row in rows)
+            points = " ".join(f"{scale.x(t)},{y(value)}" for t, value in _step_curve(rows, index, end))
             if points:
                 parts.append(f'<polyline class="{name}" points="{points}"><title>{name} bytes</title></polyline>')
         for row in rows:
@@ -272,6 +274,18 @@ def _memory_svg(reports: Sequence[Dict[str, Any]], ranks: Sequence[str]) -> str:
               'reserved; <span style="color:#1e78c8">▮</span> new segments; <span style="color:#c81e1e">○</span> '
               'the fragmented peak; <span style="color:#7a00c8">■</span> an OOM. Hover for the line.</p>')
     return "".join(parts) + legend
+
+
+def _step_curve(rows: List[list], index: int, end: Optional[float]) -> List[Tuple[float, float]]:
+    """The corners of column ``index`` drawn as held values: each row lasts until the next, the last until ``end``."""
+    corners: List[Tuple[float, float]] = []
+    for row in rows:
+        if corners:
+            corners.append((row[0], corners[-1][1]))
+        corners.append((row[0], row[index]))
+    if corners and end is not None and end > corners[-1][0]:
+        corners.append((end, corners[-1][1]))
+    return corners
 
 
 def _reserved_at(rows: List[list], t: float) -> int:

@@ -11,6 +11,10 @@ near the cap, many inactive split blocks, an OOM, the session's end) and
 rate-limited. ``memory_allocated()``/``memory_reserved()`` are never called:
 each is a full ``memory_stats()``.
 
+The watcher thread (every ``WATCH_INTERVAL_S``, steps or no steps) is the one
+feeder of the session timeline's memory curve and new-segment events
+(``timeline.py`` owns and bounds them); the check itself keeps only peaks.
+
 Every torch call sits behind ``TorchAllocatorSource`` (``allocator.py``); the
 CPU tests drive ``MemoryCheck`` with a fake source and a fake clock.
 """
@@ -46,7 +50,6 @@ CHURN_MIN_STEPS = 2
 WATCH_INTERVAL_S = 0.02
 NEW_SEGMENT_SNAPSHOT_MIN_INTERVAL_S = 0.1
 MAX_NEW_SEGMENT_SNAPSHOTS = 64
-TIMELINE_POINTS = 2048  # allocated/reserved samples kept; halved (every other one) when full
 # TORCHLINT_MEMORY_HISTORY=1: the allocator records a Python stack per allocation
 # (+~24% on a launch-bound step), so a wasteful segment names its exact line.
 HISTORY_ENV = "TORCHLINT_MEMORY_HISTORY"
@@ -181,14 +184,9 @@ class MemoryCheck:
         self._watch_lock = threading.RLock()
         self._watch_last: Optional[AllocatorStats] = None
         self._known_segments: Optional[set] = None
-        self._new_segments: List[Dict[str, Any]] = []  # every segment mapped while observed
         self._waste: Dict[Tuple[Optional[str], Optional[int]], Dict[str, Any]] = {}  # allocating site -> event
         self._last_new_segment_snapshot = -math.inf
         self._new_segment_snapshots = 0
-        self._timeline: List[Tuple[float, int, int]] = []
-        self._timeline_every = 1
-        self._timeline_seen = 0
-        self._t0 = clock()
         self._main_thread = threading.get_ident()
         self._recording_history = False
 
@@ -229,7 +227,6 @@ class MemoryCheck:
         self._next_sample_at = 0.0
         self._main_thread = threading.get_ident()
         self._recording_history = False
-        self._t0 = self._clock()
         if os.environ.get(HISTORY_ENV, "").strip().lower() in ("1", "true", "yes", "on"):
             try:
                 self._recording_history = bool(source.record_history(True))
@@ -260,36 +257,10 @@ class MemoryCheck:
     def on_step(self, step: int) -> None:
         self._last_step = step
         if self._clock() >= self._next_sample_at:
-            taken = self._samples
             self._sample(step)
-            if self._samples > taken:
-                return  # that sample fed the timeline too
-        timeline = _timeline.of(self.session)
-        if timeline is not None and timeline.memory_sample_due():
-            self._timeline_sample(timeline, step)
-
-    def _timeline_sample(self, timeline: Any, step: int) -> None:
-        """Allocated/reserved for the run's memory chart: the raw stats call only (~8 µs)."""
-        if self._stopped or self._source is None or not self._source.is_initialized():
-            return
-        began = time.perf_counter()
-        try:
-            stats = self._source.stats()
-        except Exception:
-            return
-        self._feed_timeline(timeline, stats, step, began)
-
-    @staticmethod
-    def _feed_timeline(timeline: Any, stats: AllocatorStats, step: Optional[int], began: float) -> None:
-        # The user's line is looked up only when new segments appeared (rare after warm-up).
-        top = _user_stack()[:1] if timeline.segments_grew(stats.segments) else []
-        timeline.memory(stats.allocated, stats.reserved, stats.segments, step,
-                        (top[0].file, top[0].line) if top else None)
-        timeline.overhead("memory", time.perf_counter() - began)
 
     def on_measurement_start(self) -> None:
         """The session finished starting (the race check's tap is built): the program's time starts now."""
-        self._t0 = self._clock()
         if self._nvml is not None:
             self._nvml.mark_measurement_start()
 
@@ -357,14 +328,6 @@ class MemoryCheck:
         self._next_sample_at = self._clock() + self.sample_interval_s
 
     def _take_sample(self, step: Optional[int]) -> AllocatorStats:
-        began = time.perf_counter()
-        stats = self._take_sample_stats(step)
-        timeline = _timeline.of(self.session)
-        if timeline is not None:
-            self._feed_timeline(timeline, stats, step, began)
-        return stats
-
-    def _take_sample_stats(self, step: Optional[int]) -> AllocatorStats:
         source = self._source
         stats = source.stats()
         free, total = source.mem_get_info()
@@ -449,59 +412,70 @@ class MemoryCheck:
                 self.errors.record("memory watcher", error)
 
     def _watch_tick(self) -> None:
-        """One look at the allocator's counters; a snapshot only when it mapped a new segment."""
+        """One look at the allocator's counters, timed as the sanitizer's own time."""
         with self._watch_lock:
-            watcher = threading.get_ident() != self._main_thread
-            pick = getattr(self._source, "device_for_thread", None)
-            device = pick() if watcher and pick is not None else None
-            stats = self._source.stats(device)
-            previous = self._watch_last
-            self._watch_last = stats
-            self._max_reserved = max(self._max_reserved, stats.reserved)
-            self._max_allocated = max(self._max_allocated, stats.allocated)
-            self._add_timeline_point(stats)
-            if previous is None or stats.num_device_alloc <= previous.num_device_alloc:
-                return
-            site = self._allocating_site()
-            now = self._clock()
-            grew = stats.reserved - previous.reserved
-            self._new_segments.append(
-                {
-                    "t_s": round(now - self._t0, 6),
-                    "reserved_growth_bytes": grew,
-                    "file": site[0].file if site else None,
-                    "line": site[0].line if site else None,
-                }
-            )
-            # Only a segment mapped while cached memory was free can be waste;
-            # judging it needs a snapshot (~0.2 ms), taken right away.
-            if previous.reserved <= previous.allocated and self._known_segments is not None:
-                self._remember_segments(device)
-                return
-            if (
-                self._new_segment_snapshots >= MAX_NEW_SEGMENT_SNAPSHOTS
-                or now - self._last_new_segment_snapshot < NEW_SEGMENT_SNAPSHOT_MIN_INTERVAL_S
-            ):
-                return
-            self._last_new_segment_snapshot = now
-            self._new_segment_snapshots += 1
+            began = time.perf_counter()
+            timeline = _timeline.of(self.session)
             try:
-                segments, settings = self._source.snapshot(device)
-            except Exception as error:
-                self.errors.record("snapshot (new segment)", error)
-                return
-            known = self._known_segments
-            self._known_segments = {int(segment.get("address", 0)) for segment in segments}
-            if known is None:
-                return
-            wasted = frag.new_segment_waste(segments, known)
-            if not wasted:
-                return
-            record = self._snapshot("new-segment", self._last_step, under_pressure=self._under_pressure(),
-                                    segments=segments, settings=settings)
-            for waste in wasted:
-                exact = self._segment_site(waste.address)
-                self._note_waste(waste, exact if exact is not None else site, record, stats, exact is not None)
+                self._look(timeline)
+            finally:
+                if timeline is not None:
+                    timeline.overhead("memory", time.perf_counter() - began)
+
+    def _step_now(self) -> Optional[int]:
+        step = getattr(self.session, "step_index", None)
+        return step if isinstance(step, int) else self._last_step
+
+    def _look(self, timeline: Any) -> None:
+        """The peaks and the timeline's memory curve; a snapshot only when the allocator mapped a new segment."""
+        watcher = threading.get_ident() != self._main_thread
+        pick = getattr(self._source, "device_for_thread", None)
+        device = pick() if watcher and pick is not None else None
+        stats = self._source.stats(device)
+        previous = self._watch_last
+        self._watch_last = stats
+        self._max_reserved = max(self._max_reserved, stats.reserved)
+        self._max_allocated = max(self._max_allocated, stats.allocated)
+        step = self._step_now()
+        if timeline is not None:
+            timeline.memory(stats.allocated, stats.reserved, stats.segments, step)
+        if previous is None or stats.num_device_alloc <= previous.num_device_alloc:
+            return
+        site = self._allocating_site()
+        if timeline is not None:
+            top = site[0] if site else None
+            timeline.new_segments(stats.num_device_alloc - previous.num_device_alloc, stats.reserved - previous.reserved,
+                                  top.file if top else None, top.line if top else None, step)
+        now = self._clock()
+        # Only a segment mapped while cached memory was free can be waste;
+        # judging it needs a snapshot (~0.2 ms), taken right away.
+        if previous.reserved <= previous.allocated and self._known_segments is not None:
+            self._remember_segments(device)
+            return
+        if (
+            self._new_segment_snapshots >= MAX_NEW_SEGMENT_SNAPSHOTS
+            or now - self._last_new_segment_snapshot < NEW_SEGMENT_SNAPSHOT_MIN_INTERVAL_S
+        ):
+            return
+        self._last_new_segment_snapshot = now
+        self._new_segment_snapshots += 1
+        try:
+            segments, settings = self._source.snapshot(device)
+        except Exception as error:
+            self.errors.record("snapshot (new segment)", error)
+            return
+        known = self._known_segments
+        self._known_segments = {int(segment.get("address", 0)) for segment in segments}
+        if known is None:
+            return
+        wasted = frag.new_segment_waste(segments, known)
+        if not wasted:
+            return
+        record = self._snapshot("new-segment", self._last_step, under_pressure=self._under_pressure(),
+                                segments=segments, settings=settings)
+        for waste in wasted:
+            exact = self._segment_site(waste.address)
+            self._note_waste(waste, exact if exact is not None else site, record, stats, exact is not None)
 
     def _remember_segments(self, device: Optional[int] = None) -> None:
         """The segment addresses, for a later judgement (no snapshot unless it may matter)."""
@@ -568,15 +542,6 @@ class MemoryCheck:
                 return []
         return _user_stack()
 
-    def _add_timeline_point(self, stats: AllocatorStats) -> None:
-        self._timeline_seen += 1
-        if self._timeline_seen % self._timeline_every:
-            return
-        self._timeline.append((round(self._clock() - self._t0, 6), stats.allocated, stats.reserved))
-        if len(self._timeline) >= TIMELINE_POINTS:
-            self._timeline = self._timeline[::2]
-            self._timeline_every *= 2
-
     # -------------------------------------------------------------- OOM
 
     def _record_oom(self, device: int, alloc: int, device_total: int, device_free: int) -> None:
@@ -623,9 +588,8 @@ class MemoryCheck:
         timeline = _timeline.of(self.session)
         if timeline is not None:
             top = self._ooms[-1].stack[:1]
-            if stats is not None:
-                timeline.memory(stats.allocated, stats.reserved, stats.segments, self._last_step,
-                                (top[0].file, top[0].line) if top else None)
+            if stats is not None:  # the curve's point at the OOM, between two of the watcher's looks
+                timeline.memory(stats.allocated, stats.reserved, stats.segments, self._step_now())
             timeline.oom(alloc, top[0].file if top else None, top[0].line if top else None, self._last_step)
 
     def _oom_verdict(self, event: _OomEvent) -> Tuple[frag.OomVerdict, Optional[frag.SnapshotMetrics]]:
@@ -1008,10 +972,6 @@ class MemoryCheck:
                 "external_fragmentation": round(overall.external_fragmentation, 4),
                 "suggested_alloc_conf": suggested,
             }
-        data["timeline"] = {
-            "points": [list(point) for point in self._timeline],
-            "new_segments": self._new_segments[:TIMELINE_POINTS],
-        }
         if self.errors:
             data["internal_errors"] = self.errors.to_json()
         if self._nvml is not None:

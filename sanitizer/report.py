@@ -35,11 +35,12 @@ JSON report, version 1 (stable: add fields, never rename or remove them)
                                          "allocated_bytes": int, "free_between_live_blocks_bytes": int,
                                          "largest_free_block_bytes": int, "external_fragmentation": float,
                                          "suggested_alloc_conf": str | null} | absent,
-                 "timeline": {"points": [[t_s, allocated_bytes, reserved_bytes], ...],
-                              "new_segments": [{"t_s": float, "reserved_growth_bytes": int,
-                                                "file": str | null, "line": int | null}, ...]},
                  "internal_errors": {"count": int, "first": [str, ...]} | absent}
-                 # MemoryCheck.summary(); docs/sanitizer-memory.md defines each field
+                 # MemoryCheck.summary(); docs/sanitizer-memory.md defines each field.
+                 # Memory over time is the top-level timeline's "memory" and "segments"
+                 # rows, fed by the check's watcher. (Reports written while issue 13 was
+                 # under way also hold "memory.timeline": {"points", "new_segments"}, a
+                 # second copy of those series; nothing reads it.)
       # when the race check ran (script / library runs):
       "race": {"active": bool, "activation_reason": str | null,
                "interception": "native tap" | "dispatch mode" | null,
@@ -49,7 +50,8 @@ JSON report, version 1 (stable: add fields, never rename or remove them)
                "host_syncs_before_activation": int | absent,   # docs/races.md, "order, never timing"
                "internal_errors": {"count": int, "first": [str, ...]} | absent}
                # RaceCheck.summary(); docs/races.md explains the tap
-      # script / library runs: the time series behind the HTML report and the trace
+      # script / library runs: the time series behind the HTML report and the trace,
+      # memory over time included (the memory check's watcher feeds it, steps or no steps)
       "timeline": {"version": 1, "clock": {...}, "steps": [...], "syncs": [...], "memory": [...],
                    "segments": [...], "snapshots": [...], "ooms": [...], "races": [...],
                    "launches": [...], "overhead_s": {...}, "dropped": {...}, ...}

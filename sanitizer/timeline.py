@@ -6,19 +6,28 @@ to the session's ``Timeline``:
 - the session: every step boundary (``step``);
 - the sync check: every recorded sync, with its host wait (``sync``) and the
   time its own bookkeeping took (``overhead``);
-- the memory check: allocated/reserved at step boundaries (at most one raw
-  stats call per ``MEMORY_SAMPLE_INTERVAL_S``), at each sample it already
-  takes and at an OOM; new segments between two samples; triggered
-  snapshots' verdicts (``memory``, ``snapshot``, ``oom``) — never a poll
-  from a thread of its own;
+- the memory check's watcher (a thread that reads the allocator's counters
+  every 20 ms, steps or no steps, and once more at the program's end and at
+  the session's end): allocated/reserved bytes (``memory``), each segment the
+  allocator mapped (``new_segments``), triggered snapshots' verdicts
+  (``snapshot``); the OOM observer adds the state at an OOM (``memory``,
+  ``oom``). The memory series has one owner, this one: the check keeps no
+  copy of it;
 - the race check: launches the race engine analysed (``launches``) and each
   new race (``race``).
 
-Recording is cheap and bounded: one ``perf_counter`` read and a tuple append
-per event, and each series keeps at most ``MAX_EVENTS`` entries (the rest are
-counted in ``dropped``). Times are seconds since the session started; one
-anchor pair ties them to the Unix epoch, the clock the PyTorch profiler's
-(Kineto) traces use, so ``trace.py`` can line the two up.
+Recording is cheap and bounded: one ``perf_counter`` read and a short list
+append per event, and each event series keeps at most ``MAX_EVENTS`` entries
+(the rest are counted in ``dropped``). The memory series is a sampled curve,
+not events, so it is bounded differently (``MemorySeries``): a sample equal
+to the previous one is not stored (an idle stretch costs nothing and stays a
+gap the HTML report can cut short), and once ``MAX_MEMORY_ROWS`` rows are
+stored, neighbouring rows merge in pairs into one row holding their maxima,
+and later samples are merged in windows of the same width, so a long run
+keeps its whole span and its peaks at a coarser resolution (the merged-away
+samples are counted in ``dropped["memory"]``). Times are seconds since the
+session started; one anchor pair ties them to the Unix epoch, the clock the
+PyTorch profiler's (Kineto) traces use, so ``trace.py`` can line the two up.
 
 The ``"timeline"`` field of the JSON report (version 1, additive)::
 
@@ -36,25 +45,34 @@ The ``"timeline"`` field of the JSON report (version 1, additive)::
      "races": [[t, file | null, line | null, step], ...],
      "launches": [[t, stream, op], ...],
      "overhead_s": {"sync": float, "memory": float, "race": float},
-     "dropped": {"syncs": int, ...}}          # events past MAX_EVENTS per series
+     "dropped": {"syncs": int, ...}}          # events past MAX_EVENTS per series;
+                                              # memory: samples merged into a neighbour
 
 ``t`` is seconds since the session started; ``step`` the 0-based count of
-completed steps when the event happened. A new segment's ``file``/``line``
-is the user's line running when the memory check saw the segment count rise
-(its sample point), not necessarily the line whose allocation created it;
-an OOM's line is the allocating line.
+completed steps when the event happened. A ``memory`` row is the allocator's
+state from ``t`` until the next row (a step curve: rows are written when the
+state changed, and the last one holds until ``duration_s``); a merged row
+holds the maxima of the samples it replaced, at the first one's ``t``. A
+``segments`` row is one look of the watcher that saw ``added`` new
+``cudaMalloc`` segments and reserved memory grow by ``bytes``; its
+``file``/``line`` is the user's line the program was at when the watcher saw
+them, not necessarily the line whose allocation mapped them; an OOM's line
+is the allocating line. Reports written before the watcher fed the series
+hold one ``memory`` row per sampled step boundary instead; they read the
+same way.
 """
 from __future__ import annotations
 
 import os
+import threading
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 TIMELINE_VERSION = 1
 MAX_EVENTS = 20000
-# The memory chart's floor between two samples: one raw stats call (~8 µs) per
-# millisecond at most keeps the chart under 1% of the run.
-MEMORY_SAMPLE_INTERVAL_S = 0.001
+# Rows of the memory curve kept before neighbours merge: about 200 KB of JSON,
+# and 80 s of a run whose memory changes at every 20 ms look before the first merge.
+MAX_MEMORY_ROWS = 4096
 SERIES = ("syncs", "memory", "segments", "snapshots", "ooms", "races", "launches")
 
 
@@ -66,10 +84,73 @@ def _rank() -> Optional[int]:
     return None
 
 
+class MemorySeries:
+    """The allocated/reserved curve: change points only, bounded by merging neighbours.
+
+    Written by the memory check's watcher thread and, at an OOM, by the
+    allocating thread: one lock, taken once per sample (every 20 ms).
+    """
+
+    def __init__(self, now: Callable[[], float], max_rows: int = MAX_MEMORY_ROWS) -> None:
+        self._now = now
+        self.max_rows = max(2, max_rows)
+        self.rows: List[list] = []
+        self.merged = 0  # samples folded into a neighbour's row
+        self._width = 1  # samples per stored row since the last merge of pairs
+        self._open: Optional[list] = None  # the row filling up while _width > 1
+        self._open_count = 0
+        self._last: Optional[tuple] = None
+        self._latest: Optional[tuple] = None  # the last sample as it was: the curve ends on it, never on a maximum
+        self._lock = threading.Lock()
+
+    def add(self, allocated: int, reserved: int, segments: int, step: Optional[int]) -> None:
+        state = (allocated, reserved, segments)
+        with self._lock:  # the time is read inside: two writers never store rows out of order
+            if state == self._last:
+                return  # the curve holds its value until the next change
+            t = round(self._now(), 6)
+            self._last = state
+            self._latest = (t, allocated, reserved, segments, step)
+            row = self._open
+            if row is None:
+                self._open = [t, allocated, reserved, segments, step]
+            else:
+                row[1], row[2], row[3] = max(row[1], allocated), max(row[2], reserved), max(row[3], segments)
+                self.merged += 1
+            self._open_count += 1
+            if self._open_count >= self._width:
+                self.rows.append(self._open)
+                self._open, self._open_count = None, 0
+                if len(self.rows) >= self.max_rows:
+                    self._merge_pairs()
+
+    def _merge_pairs(self) -> None:
+        rows = self.rows
+        merged = []
+        for first, second in zip(rows[::2], rows[1::2]):
+            merged.append([first[0], max(first[1], second[1]), max(first[2], second[2]),
+                           max(first[3], second[3]), first[4]])
+        if len(rows) % 2:
+            merged.append(rows[-1])
+        self.merged += len(rows) // 2
+        self.rows = merged
+        self._width *= 2
+
+    def to_json(self) -> List[list]:
+        with self._lock:
+            rows = [list(row) for row in self.rows]
+            if self._open is not None:
+                rows.append(list(self._open))
+            if self._latest is not None and (not rows or rows[-1] != list(self._latest)):
+                rows.append(list(self._latest))
+        return rows
+
+
 class Timeline:
     """The session's event series; every method is safe to call from a hook."""
 
-    def __init__(self, clock=time.perf_counter, max_events: int = MAX_EVENTS) -> None:
+    def __init__(self, clock=time.perf_counter, max_events: int = MAX_EVENTS,
+                 max_memory_rows: int = MAX_MEMORY_ROWS) -> None:
         self._clock = clock
         self.max_events = max_events
         self._t0 = clock()
@@ -79,12 +160,10 @@ class Timeline:
         self.pid = os.getpid()
         self.alloc_conf = os.environ.get("PYTORCH_ALLOC_CONF") or os.environ.get("PYTORCH_CUDA_ALLOC_CONF")
         self.steps: List[float] = []
-        self.series: Dict[str, List[list]] = {name: [] for name in SERIES}
+        self.series: Dict[str, List[list]] = {name: [] for name in SERIES if name != "memory"}
+        self.memory_series = MemorySeries(self.now, max_memory_rows)
         self.dropped: Dict[str, int] = {name: 0 for name in SERIES}
         self.overhead_s: Dict[str, float] = {"sync": 0.0, "memory": 0.0, "race": 0.0}
-        self._last_segments: Optional[int] = None
-        self._last_reserved = 0
-        self._last_memory_sample = -float("inf")
 
     # -- time --
     def now(self) -> float:
@@ -112,29 +191,14 @@ class Timeline:
         start = end - (wait_s or 0.0)
         self._add("syncs", [round(start, 6), None if wait_s is None else round(wait_s, 7), kind, file, line, rule, step])
 
-    def memory(self, allocated: int, reserved: int, segments: int, step: Optional[int],
-               where: Optional[tuple] = None) -> None:
-        """One allocator sample; a rise in the segment count becomes a ``segments`` event."""
-        t = round(self.now(), 6)
-        self._add("memory", [t, int(allocated), int(reserved), int(segments), step])
-        previous = self._last_segments
-        if previous is not None and segments > previous:
-            file, line = where if where else (None, None)
-            self._add("segments", [t, int(segments - previous), max(0, int(reserved - self._last_reserved)),
-                                   file, line, step])
-        self._last_segments = int(segments)
-        self._last_reserved = int(reserved)
+    def memory(self, allocated: int, reserved: int, segments: int, step: Optional[int]) -> None:
+        """One look at the allocator's counters (stored only when they changed)."""
+        self.memory_series.add(int(allocated), int(reserved), int(segments), step)
 
-    def segments_grew(self, segments: int) -> bool:
-        return self._last_segments is not None and segments > self._last_segments
-
-    def memory_sample_due(self) -> bool:
-        """At most one chart sample per ``MEMORY_SAMPLE_INTERVAL_S`` (asked at step boundaries)."""
-        now = self._clock()
-        if now - self._last_memory_sample < MEMORY_SAMPLE_INTERVAL_S:
-            return False
-        self._last_memory_sample = now
-        return True
+    def new_segments(self, added: int, nbytes: int, file: Optional[str], line: Optional[int],
+                     step: Optional[int]) -> None:
+        """The allocator mapped ``added`` segments since the last look; reserved grew by ``nbytes``."""
+        self._add("segments", [round(self.now(), 6), int(added), max(0, int(nbytes)), file, line, step])
 
     def snapshot(self, reason: str, category: Optional[str], free_bytes: int, step: Optional[int]) -> None:
         self._add("snapshots", [round(self.now(), 6), reason, category, int(free_bytes), step])
@@ -174,9 +238,9 @@ class Timeline:
             "steps": list(self.steps),
         }
         for name in SERIES:
-            data[name] = [list(row) for row in self.series[name]]
+            data[name] = self.memory_series.to_json() if name == "memory" else [list(row) for row in self.series[name]]
         data["overhead_s"] = {name: round(value, 6) for name, value in self.overhead_s.items()}
-        data["dropped"] = dict(self.dropped)
+        data["dropped"] = dict(self.dropped, memory=self.memory_series.merged)
         return data
 
 

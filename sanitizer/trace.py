@@ -6,7 +6,8 @@ writes, from the report's ``timeline`` field:
 - the steps as slices on a "steps" thread;
 - host syncs as slices on the "host" thread, as long as the host waited;
 - races, OOMs, new allocator segments and fragmentation verdicts as instant events;
-- allocated and reserved bytes as two counter tracks;
+- allocated and reserved bytes as two counter tracks (the memory check's
+  watcher's looks, steps or no steps; a counter holds until its next value);
 - the kernel launches the race check analysed, as instant events on one
   thread per stream.
 

@@ -8,6 +8,7 @@ screenshot of the example run (docs/sanitizer-report.png).
 import json
 import os
 import pathlib
+import sys
 
 import pytest
 
@@ -74,6 +75,17 @@ def open_report(chromium, tmp_path):
 @pytest.fixture(scope="session")
 def tour():
     return json.loads((REPORTS / "tour.json").read_text())
+
+
+@pytest.fixture(scope="session")
+def stepless():
+    """A step-less script's report, made on the CPU by the real session and memory watcher."""
+    sys.path.insert(0, str(ROOT / "tests" / "sanitizer"))
+    try:
+        from stepless_run import stepless_report
+    finally:
+        sys.path.remove(str(ROOT / "tests" / "sanitizer"))
+    return stepless_report()
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -26,7 +26,7 @@ def test_the_fragmenting_part_shows_memory_segments_the_fragmented_peak_and_the_
     report = open_report(tour)
     page = report.page
     reserved = page.locator("#memory-chart polyline.reserved")
-    assert reserved.count() == 1 and len(reserved.get_attribute("points").split()) == len(tour["timeline"]["memory"])
+    assert reserved.count() == 1 and len(reserved.get_attribute("points").split()) == _step_corners(tour)
     assert page.locator("#memory-chart .segment-mark").count() == len(tour["timeline"]["segments"]) >= 1
     peak = page.locator("#memory-chart .frag-peak-mark")
     assert peak.count() == 1 and "soft fragmentation" in peak.locator("title").text_content()
@@ -94,6 +94,28 @@ def test_a_run_without_optimizer_steps_renders_without_errors(open_report, tour)
     loaded = open_report(report)
     assert loaded.page.locator("#timeline rect.step").count() == 0
     assert "no optimizer steps" in loaded.page.locator("table.facts").inner_text()
+    assert loaded.errors == []
+
+
+def _step_corners(report):
+    """The corners of the memory curve: each row held until the next, the last until the run's end."""
+    rows, end = report["timeline"]["memory"], report["timeline"]["clock"]["duration_s"]
+    return 2 * len(rows) - 1 + (end > rows[-1][0]) if rows else 0
+
+
+def test_a_run_without_steps_draws_memory_across_the_chart(open_report, stepless):
+    """A step-less script: the watcher's looks give the chart its shape (made by tests/sanitizer/stepless_run.py)."""
+    loaded = open_report(stepless)
+    page = loaded.page
+    assert page.locator("#timeline rect.step").count() == 0
+    for name in ("allocated", "reserved"):
+        line = page.locator(f"#memory-chart polyline.{name}")
+        assert len(line.get_attribute("points").split()) == _step_corners(stepless)
+        assert line.bounding_box()["width"] > 600  # every phase has room, start-up cut short
+    segments = page.locator("#memory-chart .segment-mark")
+    assert segments.count() == len(stepless["timeline"]["segments"]) > 0
+    segments.first.hover()
+    assert "stepless_run.py:" in segments.first.locator("title").text_content()
     assert loaded.errors == []
 
 

@@ -12,6 +12,8 @@ import pytest
 
 from torchlint.sanitizer.html_report import main, render
 
+from stepless_run import EXPECTED_MEMORY, EXPECTED_SEGMENTS, stepless_report
+
 REPORTS = pathlib.Path(__file__).parent / "data" / "reports"
 
 
@@ -94,6 +96,51 @@ def test_a_run_without_optimizer_steps(tour):
     assert "no optimizer steps: the whole run is one step" in page
     assert not _with_class(_tags(page), "step")
     assert len(_with_class(_tags(page), "sync-mark")) == len(report["timeline"]["syncs"])
+
+
+@pytest.fixture(scope="module")
+def stepless():
+    return stepless_report()
+
+
+def _corners(attrs):
+    return [tuple(float(v) for v in point.split(",")) for point in attrs["points"].split()]
+
+
+def test_a_stepless_run_gets_its_memory_curve_from_the_watcher(stepless):
+    """No optimizer step at all: the chart still follows every phase the watcher saw."""
+    rows = stepless["timeline"]["memory"]
+    assert stepless["steps"]["completed"] == 0 and stepless["timeline"]["steps"] == []
+    assert rows == EXPECTED_MEMORY
+    assert [row[:3] for row in stepless["timeline"]["segments"]] == EXPECTED_SEGMENTS
+    tags = _tags(render([stepless]))
+    [allocated] = _with_class(tags, "allocated")
+    corners = _corners(allocated)
+    # A step curve: each row holds until the next, the last until the run's end.
+    assert len(corners) == 2 * len(rows)
+    assert all(a[0] == b[0] or a[1] == b[1] for a, b in zip(corners, corners[1:]))
+    assert [x for x, _ in corners] == sorted(x for x, _ in corners)
+    assert len({y for _, y in corners}) == len({row[1] for row in EXPECTED_MEMORY})
+    assert corners[-1][0] > corners[0][0] + 600  # spread over the chart, not squeezed into a step band
+    held = [round(b[0] - a[0]) for a, b in zip(corners, corners[1:]) if a[1] == b[1] and b[0] > a[0]]
+    assert held[0] == 36 and len(set(held[1:])) == 1  # the empty start-up cut short; the phases alike
+    marks = _with_class(tags, "segment-mark")
+    assert len(marks) == len(EXPECTED_SEGMENTS)
+    page = render([stepless])
+    assert page.count("step 0: allocated") == len(rows)  # one hover per row
+    assert "stepless_run.py:" in page.split('id="memory-chart"')[1]  # a new segment's line
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in REPORTS.glob("*.json") if p.name != "profiler_alignment.json"))
+def test_recorded_reports_still_draw_their_memory_rows(name):
+    """Reports recorded before the watcher fed the curve (one row per sampled step) read the same way."""
+    report = json.loads((REPORTS / name).read_text())
+    rows = report["timeline"]["memory"]
+    tags = _tags(render([report]))
+    [reserved] = _with_class(tags, "reserved")
+    corners = _corners(reserved)
+    assert len(corners) == 2 * len(rows) - 1 + (report["timeline"]["clock"]["duration_s"] > rows[-1][0])
+    assert all(a[0] == b[0] or a[1] == b[1] for a, b in zip(corners, corners[1:]))
 
 
 def test_merged_ranks_get_a_filter_and_tagged_rows(tour):

@@ -6,10 +6,9 @@ test_san_memory.py.
 """
 import warnings
 
-import pytest
-
 from torchlint.sanitizer import fragmentation as frag
 from torchlint.sanitizer.findings import FRAGMENTATION
+from torchlint.sanitizer.timeline import Timeline
 
 from test_san_memory import FakeSource, MiB, fresh_observer, make  # noqa: F401  (the autouse fixture)
 
@@ -91,8 +90,15 @@ def test_a_few_mib_free_in_split_blocks_during_warm_up_is_not_a_finding():
     assert [f for f in check.findings() if f.details.get("trigger") == "new-segment"] == []
 
 
+def make_with_timeline(source, **timeline_options):
+    """The check of a session that keeps a timeline, on the check's fake clock."""
+    check, sess, source, clock = make(source)
+    sess.timeline = Timeline(clock=clock, **timeline_options)
+    return check, sess, source, clock
+
+
 def test_a_segment_mapped_when_nothing_was_free_costs_no_judgement():
-    check, sess, source, clock = make(FakeSource(segments=[]))
+    check, sess, source, clock = make_with_timeline(FakeSource(segments=[]))
     check.start()
     full = segment(0x10000000, [(20, "live")])
     source.segments = [full]
@@ -103,7 +109,9 @@ def test_a_segment_mapped_when_nothing_was_free_costs_no_judgement():
     check._watch_tick()
     check.stop()
     assert not [f for f in check.findings() if f.details.get("trigger") == "new-segment"]
-    assert len(check.summary()["timeline"]["new_segments"]) == 2
+    segments = sess.timeline.to_json()["segments"]
+    assert [(added, nbytes) for _, added, nbytes, *_ in segments] == [(1, 20 * UNIT), (1, 20 * UNIT)]
+    assert "timeline" not in check.summary()  # the session's timeline is the one owner of the series
 
 
 def test_the_program_end_snapshot_sees_what_the_session_end_no_longer_holds():
@@ -131,21 +139,28 @@ def test_the_program_end_snapshot_sees_what_the_session_end_no_longer_holds():
     assert summary["observed_peak_allocated_bytes"] == 300 * MiB
 
 
-def test_the_timeline_keeps_allocated_and_reserved_over_time_and_halves_when_full(monkeypatch):
-    from torchlint.sanitizer import memory
-
-    monkeypatch.setattr(memory, "TIMELINE_POINTS", 8)
-    check, sess, source, clock = make(FakeSource(segments=[]))
+def test_the_watcher_feeds_the_timeline_without_a_step_and_the_curve_stays_bounded():
+    check, sess, source, clock = make_with_timeline(FakeSource(segments=[]), max_memory_rows=8)
     check.start()
-    for index in range(1, 21):
-        clock.now = index * 0.01
-        source.bump(allocated=index * MiB, reserved=2 * index * MiB)
+    for index in range(1, 41):
+        clock.now = index * 0.02
+        source.bump(allocated=index * MiB, reserved=2 * index * MiB, segments=index, num_device_alloc=index)
         check._watch_tick()
+        check._watch_tick()  # an unchanged look stores nothing
+    source.bump(allocated=0)  # the script's tensors are gone
+    clock.now = 0.9
     check.stop()
-    points = check.summary()["timeline"]["points"]
-    assert 4 <= len(points) < 8
-    assert [p[0] for p in points] == sorted(p[0] for p in points)
-    assert all(reserved == 2 * allocated for _, allocated, reserved in points)
+    data = sess.timeline.to_json()
+    rows = data["memory"]
+    assert len(rows) <= 8 + 2  # the stored rows, the one filling up, the last look
+    assert [row[0] for row in rows] == sorted(row[0] for row in rows)
+    assert rows[0][0] == 0.02 and rows[-1] == [0.9, 0, 80 * MiB, 40, 0]  # the whole span and the end state
+    assert max(row[2] for row in rows) == 80 * MiB and max(row[1] for row in rows) == 40 * MiB  # the peaks
+    assert all(row[4] == 0 for row in rows)  # no step ever completed
+    # Every changed look is a row or merged into one (the last look can be both: inside a merged row and the end).
+    assert 41 - len(rows) <= data["dropped"]["memory"] <= 41 - len(rows) + 1
+    assert len(data["segments"]) == 40 and data["segments"][0][3] == __file__
+    assert data["overhead_s"]["memory"] > 0  # the watcher's looks are the sanitizer's own time
 
 
 def test_internal_errors_are_recorded_warned_and_reported_never_raised():

@@ -1,12 +1,14 @@
 """The run's timeline: bounded series, the hooks in the session and the checks, the report field."""
 import json
+import threading
+import time
 import types
 
 import pytest
 
 from torchlint.sanitizer import memory
 from torchlint.sanitizer.memory import AllocatorStats, MemoryCheck
-from torchlint.sanitizer.timeline import SERIES, Timeline
+from torchlint.sanitizer.timeline import SERIES, MemorySeries, Timeline
 from test_san_memory import FakeSource  # noqa: E402  (a sibling test module's fake allocator)
 
 MiB = 1 << 20
@@ -46,25 +48,53 @@ def test_every_series_is_bounded_and_counts_what_it_dropped():
     assert set(data["dropped"]) == set(SERIES)
 
 
-def test_a_rise_in_the_segment_count_is_a_segment_event_with_the_reserved_growth():
-    timeline = Timeline(clock=Clock())
-    timeline.memory(10 * MiB, 20 * MiB, 1, 0)
-    assert not timeline.segments_grew(1)
-    assert timeline.segments_grew(3)
-    timeline.memory(50 * MiB, 60 * MiB, 3, 1, ("train.py", 40))
-    timeline.memory(40 * MiB, 60 * MiB, 3, 2)
-    data = timeline.to_json()
-    assert len(data["memory"]) == 3
-    assert [row[1:] for row in data["segments"]] == [[2, 40 * MiB, "train.py", 40, 1]]
-
-
-def test_memory_samples_for_the_chart_are_rate_limited():
+def test_the_memory_curve_stores_changes_only_and_ends_on_the_last_look():
     clock = Clock()
     timeline = Timeline(clock=clock)
-    assert timeline.memory_sample_due()
-    assert not timeline.memory_sample_due()
-    clock.now += 0.002
-    assert timeline.memory_sample_due()
+    for allocated in (10, 10, 10, 30, 30, 20):
+        clock.now += 0.02
+        timeline.memory(allocated * MiB, 40 * MiB, 2, 0)
+    timeline.new_segments(1, 20 * MiB, "train.py", 40, 0)
+    timeline.new_segments(1, -4 * MiB, None, None, 0)  # reserved fell meanwhile: no negative growth
+    data = timeline.to_json()
+    assert [row[1] // MiB for row in data["memory"]] == [10, 30, 20]
+    assert [row[0] for row in data["memory"]] == [pytest.approx(0.02), pytest.approx(0.08), pytest.approx(0.12)]
+    assert [row[1:] for row in data["segments"]] == [[1, 20 * MiB, "train.py", 40, 0], [1, 0, None, None, 0]]
+    assert data["dropped"]["memory"] == 0
+
+
+def test_a_full_memory_curve_merges_neighbours_and_keeps_span_peaks_and_end():
+    clock = Clock()
+    series = MemorySeries(clock, max_rows=4)
+    values = [1, 5, 2, 3, 9, 4, 6, 7, 8, 1, 2, 3, 4]
+    for index, value in enumerate(values):
+        clock.now = float(index)
+        series.add(value, 2 * value, 1, index)
+    rows = series.to_json()
+    assert rows[0][0] == 0.0 and rows[-1] == [12.0, 4, 8, 1, 12]  # the first look and the last one, as it was
+    assert max(row[1] for row in rows) == 9 and max(row[2] for row in rows) == 18
+    assert len(rows) <= 4 + 2
+    assert [row[0] for row in rows] == sorted(row[0] for row in rows)
+    # Each stored row holds the maxima of the looks it replaced, from the first one's time.
+    assert rows[0][1] == max(values[:int(rows[1][0])])
+
+
+def test_two_writers_keep_the_curve_bounded_and_in_time_order():
+    series = MemorySeries(time.perf_counter, max_rows=64)
+
+    def write(offset):
+        for index in range(5000):
+            series.add(offset + index, offset + index, 1, 0)
+
+    threads = [threading.Thread(target=write, args=(offset,)) for offset in (0, 10**6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    rows = series.to_json()
+    assert len(rows) <= 64 + 2
+    assert [row[0] for row in rows] == sorted(row[0] for row in rows)
+    assert max(row[1] for row in rows) == 10**6 + 4999  # the peak survives every merge
 
 
 # --- the hooks ----------------------------------------------------------------------
@@ -75,27 +105,51 @@ def fresh_observer(monkeypatch):
     monkeypatch.setattr(memory, "_active_checks", [])
 
 
-def test_the_memory_check_feeds_steps_new_segments_and_the_oom_with_its_line(fresh_observer):
+def test_the_memory_checks_watcher_feeds_memory_and_new_segments_and_the_oom_adds_its_point(fresh_observer):
     clock = Clock()
     session = types.SimpleNamespace(step_index=0, warmup_steps=0, test_id=None, in_warmup=False,
                                     timeline=Timeline(clock=clock))
     source = FakeSource(stats=AllocatorStats(allocated=10 * MiB, reserved=20 * MiB, segments=1))
     check = MemoryCheck(session, source=source, use_nvml=False, clock=clock)
     check.start()
-    for step in (1, 2, 3):
-        clock.now += 0.01
-        source.bump(allocated=step * 100 * MiB, reserved=step * 120 * MiB, segments=step * 2)
-        check.on_step(step)
+    for look in (1, 2, 3):  # no step: the watcher alone
+        clock.now += 0.02
+        source.bump(allocated=look * 100 * MiB, reserved=look * 120 * MiB, segments=look * 2,
+                    num_device_alloc=look * 2)
+        check._watch_tick()  # WATCHED_LINE
+    source.bump(allocated=370 * MiB)
     memory._on_out_of_memory(0, 64 * MiB, 1 << 30, 0)  # OOM_LINE
     check.stop()
     data = session.timeline.to_json()
     assert [row[2] for row in data["memory"]][:3] == [120 * MiB, 240 * MiB, 360 * MiB]
-    assert [row[1] for row in data["segments"]][:2] == [2, 2]
-    assert data["segments"][0][3] == __file__  # the user's line running when the growth was seen
+    assert data["memory"][3][1] == 370 * MiB  # the state at the OOM
+    assert all(row[4] == 0 for row in data["memory"])
+    assert [row[1] for row in data["segments"]] == [2, 2, 2]
+    assert [row[2] for row in data["segments"]][1:] == [120 * MiB, 120 * MiB]
+    lines = open(__file__).read().splitlines()
+    assert data["segments"][0][3] == __file__  # the user's line running when the watcher saw the growth
+    assert lines[data["segments"][0][4] - 1].strip().endswith("# WATCHED_LINE")
     [oom] = data["ooms"]
     assert oom[1] == 64 * MiB and oom[2] == __file__
-    assert open(__file__).read().splitlines()[oom[3] - 1].strip().endswith("# OOM_LINE")
+    assert lines[oom[3] - 1].strip().endswith("# OOM_LINE")
     assert data["overhead_s"]["memory"] > 0
+
+
+def test_steps_cost_the_chart_no_allocator_call(fresh_observer):
+    """The curve comes from the watcher: a fast loop's step boundaries read the clock, nothing more."""
+    clock = Clock()
+    session = types.SimpleNamespace(step_index=0, warmup_steps=0, test_id=None, in_warmup=False,
+                                    timeline=Timeline(clock=clock))
+    source = FakeSource()
+    check = MemoryCheck(session, source=source, use_nvml=False, clock=clock, sample_interval_s=0.05)
+    check.start()
+    before = source.calls["stats"]
+    for step in range(1, 1001):
+        clock.now += 0.001
+        session.step_index = step
+        check.on_step(step)
+    assert source.calls["stats"] - before <= 22  # the check's own samples (~1 s / 50 ms), none for the chart
+    check.stop()
 
 
 def test_a_session_report_carries_the_timeline_and_its_steps():

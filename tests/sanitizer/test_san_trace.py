@@ -7,6 +7,8 @@ import pytest
 
 from torchlint.sanitizer.trace import ALLOCATOR_TID, HOST_TID, main, merge, trace_events
 
+from stepless_run import EXPECTED_MEMORY, EXPECTED_SEGMENTS, stepless_report
+
 REPORTS = pathlib.Path(__file__).parent / "data" / "reports"
 
 
@@ -40,6 +42,16 @@ def test_races_and_ooms_are_instants_memory_is_two_counter_tracks(tour):
     assert len(_events(trace, ph="C", name="GPU memory reserved")) == len(tour["timeline"]["memory"])
     steps = _events(trace, ph="X", cat="step")
     assert len(steps) == tour["steps"]["completed"]
+
+
+def test_a_stepless_run_has_its_memory_counters_and_new_segments():
+    report = stepless_report()
+    trace = trace_events(report)
+    reserved = _events(trace, ph="C", name="GPU memory reserved")
+    assert [(e["ts"], e["args"]["bytes"]) for e in reserved] == [(t * 1e6, r) for t, _, r, _, _ in EXPECTED_MEMORY]
+    segments = [e for e in _events(trace, ph="i", tid=ALLOCATOR_TID) if e["name"].endswith("new segment(s)")]
+    assert [(e["ts"], e["name"]) for e in segments] == [(t * 1e6, f"{n} new segment(s)") for t, n, _ in EXPECTED_SEGMENTS]
+    assert not _events(trace, cat="step")
 
 
 def test_launches_get_one_thread_per_stream(tour):

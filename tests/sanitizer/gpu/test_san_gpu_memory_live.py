@@ -61,7 +61,12 @@ def test_a_stepless_script_under_the_runner_reports_fragmentation_while_it_happe
     assert memory["worst_fragmentation"]["free_between_live_blocks_bytes"] >= 500 * MiB
     assert memory["peak_reserved_bytes"] > memory["peak_allocated_bytes"]
     assert memory["observed_peak_allocated_bytes"] >= 300 * MiB  # seen alive, not the empty end state
-    assert memory["timeline"]["points"] and memory["timeline"]["new_segments"]
+    # One memory series, the report's timeline, fed by the watcher although the script never steps.
+    timeline = data["timeline"]
+    assert "timeline" not in memory
+    assert len(timeline["memory"]) >= 3 and all(row[4] == 0 for row in timeline["memory"])
+    assert max(row[1] for row in timeline["memory"]) >= 300 * MiB  # the pinned blocks and the large ones, alive
+    assert any(row[3] and row[3].endswith("fragment.py") for row in timeline["segments"]), timeline["segments"]
 
 
 def test_the_runner_snapshots_before_the_globals_are_torn_down(tmp_path):
