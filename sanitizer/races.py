@@ -359,7 +359,7 @@ class RaceCheck(TorchHooks):
             if message.__class__ is list:
                 self._tap_launches(message)
                 if timeline is not None:
-                    timeline.launches((self._tap_stream(launch[0]), launch[2]) for launch in message)
+                    timeline.launches(message, lambda launch: (self._tap_stream(launch[0]), launch[2]))
                     timeline.overhead("race", _perf_counter() - began)
                 return
             _, claimed, stream = message

@@ -209,15 +209,25 @@ class Timeline:
     def race(self, file: Optional[str], line: Optional[int], step: Optional[int]) -> None:
         self._add("races", [round(self.now(), 6), file, line, step])
 
-    def launches(self, rows) -> None:
-        """``rows``: ``(stream, op)`` pairs the race engine analysed just now."""
+    def launches(self, rows: list, describe: Optional[Callable[[Any], tuple]] = None) -> None:
+        """The launches the race engine analysed just now: ``(stream, op)`` pairs, or any
+        rows ``describe`` turns into such pairs.
+
+        Once the series is full, rows are only counted (never described): the
+        race check calls this for every launch it analyses, and a long run must
+        not pay for rows it no longer keeps.
+        """
+        kept = self.series["launches"]
+        room = self.max_events - len(kept)
+        if room <= 0:
+            self.dropped["launches"] += len(rows)
+            return
         t = round(self.now(), 6)
-        room = self.max_events - len(self.series["launches"])
-        rows = list(rows)
-        for stream, op in rows[:max(0, room)]:
-            self.series["launches"].append([t, str(stream), str(op)])
+        for row in rows[:room]:
+            stream, op = describe(row) if describe is not None else row
+            kept.append([t, str(stream), str(op)])
         if len(rows) > room:
-            self.dropped["launches"] += len(rows) - max(0, room)
+            self.dropped["launches"] += len(rows) - room
 
     def overhead(self, check: str, seconds: float) -> None:
         self.overhead_s[check] = self.overhead_s.get(check, 0.0) + seconds

@@ -48,6 +48,22 @@ def test_every_series_is_bounded_and_counts_what_it_dropped():
     assert set(data["dropped"]) == set(SERIES)
 
 
+def test_a_full_launch_series_counts_rows_without_describing_them():
+    timeline = Timeline(clock=Clock(), max_events=2)
+    described = []
+
+    def describe(launch):
+        described.append(launch)
+        return launch["stream"], launch["op"]
+
+    for _ in range(3):
+        timeline.launches([{"stream": 7, "op": "mul"}] * 2, describe)
+    data = timeline.to_json()
+    assert data["launches"][0][1:] == ["7", "mul"] and len(data["launches"]) == 2
+    assert len(described) == 2  # the four rows after the series filled were only counted
+    assert data["dropped"]["launches"] == 4
+
+
 def test_the_memory_curve_stores_changes_only_and_ends_on_the_last_look():
     clock = Clock()
     timeline = Timeline(clock=clock)
