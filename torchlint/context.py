@@ -238,6 +238,8 @@ class FileContext:
                 # ``engine.train_one_epoch(...)``: a function of an imported module
                 if node.args:
                     self.facts.call_records.append(CallRecord(attr, node, self.function, self._argument_loaders(node), imported=True))
+        if self.loop is not None and not self.loop.pulls_batches and self.facts.pulls_batch(node):
+            self.loop.pulls_batches = True
         if callee is not None:
             function = self.function
             site = None
@@ -252,8 +254,6 @@ class FileContext:
                     function.called_params.add(callee)
             else:
                 self.facts.module_calls.add(callee)
-            if callee == "next" and self.loop is not None and node.args and self.facts.is_data_source(node.args[0].value):
-                self.loop.pulls_batches = True
             if node.args and callee not in _BUILTIN_CALLS:
                 tensors = {
                     id(arg.value)

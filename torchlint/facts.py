@@ -28,6 +28,10 @@ _PASS_THROUGH = {"enumerate", "tqdm", "iter", "islice", "zip", "progress", "trac
 # Calls that receive a loader but do not yield its batches when iterated.
 _NOT_BATCHES = {"range", "len", "trange", "sorted", "reversed", "print", "isinstance", "getattr", "hasattr"}
 
+# Methods of a data source that hand out one batch per call
+# (``x, y = train_loader.next_batch()``, a project's own loader class).
+BATCH_PULL_METHODS = frozenset({"next_batch", "get_batch", "get_next_batch", "__next__"})
+
 OPTIMIZER_NAME = re.compile(r"(?i)(optim|opt$|^opt|optimizer)")
 
 
@@ -65,7 +69,7 @@ class LoopInfo:
     parent: Optional["LoopInfo"]
     iterates_data: bool = False
     trains: bool = False
-    pulls_batches: bool = False  # next(<data source>) in the body
+    pulls_batches: bool = False  # next(<data source>) or <data source>.next_batch() in the body
     calls: Set[str] = field(default_factory=set)
     # callee name -> the sites (``torchlint.analysis.Site``) of its calls in the body
     call_sites: Dict[str, list] = field(default_factory=dict)
@@ -298,6 +302,19 @@ class ModuleFacts:
             return True
         name = dotted.rsplit(".", 1)[-1]
         return bool(_DATA_SOURCE.search(name))
+
+    def pulls_batch(self, call: cst.Call) -> bool:
+        """Does this call hand out one batch of a data source: ``next(loader_iter)``
+        or ``train_loader.next_batch()``?"""
+        func = call.func
+        if isinstance(func, cst.Name):
+            return func.value == "next" and bool(call.args) and self.is_data_source(call.args[0].value)
+        return (
+            isinstance(func, cst.Attribute)
+            and func.attr.value in BATCH_PULL_METHODS
+            and not call.args
+            and self.is_data_source(func.value)
+        )
 
     def loader_for(self, node: cst.CSTNode, function: Optional[FunctionInfo] = None, _depth: int = 0) -> Optional[LoaderInfo]:
         """The DataLoader whose batches iterating ``node`` (in ``function``)
