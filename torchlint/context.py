@@ -194,6 +194,15 @@ class FileContext:
     def enter_comprehension(self, node: cst.CSTNode) -> None:
         self.batches.bind_comprehension(node)
 
+    def enter_lambda(self, node: cst.Lambda) -> None:
+        # ``map(lambda t: t.cuda(), (text, images))``: the lambda's parameter is each batch part
+        call = self.stack[-3] if len(self.stack) >= 3 else None
+        if isinstance(call, cst.Call):
+            self.batches.enter_mapped_lambda(call, node)
+
+    def leave_lambda(self, node: cst.Lambda) -> None:
+        self.batches.leave_mapped_lambda(node)
+
     def leave_assign(self, node: cst.Assign) -> None:
         # after the value: ``x = x.to(device)`` still sees the batch ``x`` in its value
         self._assigning.discard(id(node.value))

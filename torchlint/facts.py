@@ -295,6 +295,9 @@ class ModuleFacts:
             ):
                 return True
             return False
+        if isinstance(node, cst.IfExp):
+            # ``enumerate(dl if streaming else distr_dl)``
+            return self.is_data_source(node)
         dotted = dotted_name(node)
         if dotted is None:
             return False
@@ -323,6 +326,9 @@ class ModuleFacts:
         call of the function in this module passes for it."""
         while isinstance(node, cst.Call) and node.args and self.yields_first_argument(node):
             node = node.args[0].value
+        if isinstance(node, cst.IfExp):
+            # ``dl if streaming else distr_dl``: the loader either branch names
+            return self.loader_for(node.body, function, _depth) or self.loader_for(node.orelse, function, _depth)
         if isinstance(node, cst.Call):
             for loader in self.loaders:
                 if loader.call is node:
