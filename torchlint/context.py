@@ -330,7 +330,7 @@ class FileContext:
                         self.values[name] = _UNKNOWN_PART
             else:
                 name = dotted_name(target_node)
-                if name is not None:
+                if name is not None and not self._none_on_other_branch(name, node.value):
                     self.values[name] = node.value
         if len(node.targets) != 1:
             return
@@ -357,6 +357,31 @@ class FileContext:
             self.facts.dict_literals[target] = value
         if self._mentions_availability and mentions_cuda_availability(self, value):
             self.facts.cuda_flag_names.add(target)
+
+    def _none_on_other_branch(self, name: str, value: cst.BaseExpression) -> bool:
+        """``if a: x = tensor`` / ``else: x = None``: ``x`` keeps the tensor.
+
+        A value that is absent on one branch is still the tensor on the other,
+        and a sync on it is real there (``if x:`` on a CUDA tensor), so the
+        ``None`` does not replace the value the ``if`` body gave the name."""
+        if not (isinstance(value, cst.Name) and value.value == "None"):
+            return False
+        previous = self.values.get(name)
+        if previous is None or previous is _UNKNOWN_PART:
+            return False
+        stack = self.stack
+        for index in range(len(stack) - 1, 0, -1):
+            block = stack[index]
+            if isinstance(block, (cst.FunctionDef, cst.ClassDef, cst.For, cst.While, cst.Lambda)):
+                return False
+            if isinstance(block, (cst.Else, cst.If)) and isinstance(stack[index - 1], cst.If) and stack[index - 1].orelse is block:
+                body = stack[index - 1].body.body
+                return any(
+                    isinstance(line, cst.SimpleStatementLine)
+                    and any(isinstance(small, cst.Assign) and small.value is previous for small in line.body)
+                    for line in body
+                )
+        return False
 
     def enter_if(self, node: cst.If) -> None:
         """``if not torch.cuda.is_available(): raise …`` guards the rest of the scope."""
