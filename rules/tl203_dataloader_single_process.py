@@ -5,7 +5,8 @@ from typing import Dict, List, Optional, Set
 import libcst as cst
 
 from torchlint.analysis import iter_subtree
-from torchlint.facts import LoaderInfo, LoopInfo
+from torchlint import crossfile
+from torchlint.facts import LoaderInfo, LoopInfo, does_per_item_work
 from torchlint.names import dotted_name, last_name
 from torchlint.rule import Invalid, Rule, Valid
 
@@ -266,7 +267,7 @@ class DataloaderSingleProcess(Rule):
                 self.assigned.setdefault(name, []).append(node.value)
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        if node.name.value == "__getitem__" and self.ctx.class_names and _does_per_item_work(node):
+        if node.name.value == "__getitem__" and self.ctx.class_names and does_per_item_work(node):
             self.loading_classes.add(self.ctx.class_names[-1])
 
     def finish(self) -> None:
@@ -335,7 +336,7 @@ class DataloaderSingleProcess(Rule):
         if any(arg.keyword is not None and arg.keyword.value in _TRANSFORM_KEYWORDS and not _is_none(arg.value) for arg in node.args):
             return True
         name = qname.rsplit(".", 1)[-1]
-        if name in self.loading_classes:
+        if name in self.loading_classes or crossfile.class_loads_per_item(self.ctx, node.func):
             return True
         if name in _WRAPPERS and node.args:
             return self._loads_per_item(node.args[0].value, depth + 1)
@@ -344,17 +345,6 @@ class DataloaderSingleProcess(Rule):
 
 _TRANSFORM_KEYWORDS = frozenset({"transform", "transforms", "target_transform"})
 _WRAPPERS = frozenset({"Subset", "ConcatDataset", "ChainDataset"})
-# Calls in a __getitem__ that read, decode or transform a sample.
-_PER_ITEM_WORK = frozenset({
-    "open", "imread", "imdecode", "read_image", "decode_image", "decode_jpeg", "load", "loadtxt", "read_csv",
-    "read_file", "transform", "transforms", "augment", "read", "fromfile", "memmap",
-})
-
-
-def _does_per_item_work(function: cst.FunctionDef) -> bool:
-    return any(isinstance(sub, cst.Call) and last_name(sub.func) in _PER_ITEM_WORK for sub in iter_subtree(function.body))
-
-
 def _dataset_argument(call: cst.Call) -> Optional[cst.BaseExpression]:
     for arg in call.args:
         if arg.keyword is not None and arg.keyword.value == "dataset":

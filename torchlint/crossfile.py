@@ -371,3 +371,46 @@ def _walk(path: str, text: str):
         result = None
     _WALKED[path] = result
     return result
+
+
+# -- a dataset class of another file: does fetching one item do real work?
+_LOADING: Dict[Tuple[str, str], bool] = {}
+
+
+def class_loads_per_item(ctx: "FileContext", func: cst.BaseExpression) -> bool:
+    """Is ``func`` a class imported from another file of the project
+    (``from pkg.loader import TextImageDataset``) whose ``__getitem__`` reads,
+    decodes or transforms a sample (``facts.does_per_item_work``)? The class's
+    file is parsed on demand, once per process, only when its text defines
+    a ``__getitem__``."""
+    qualified = ctx.names.imported_name(func)
+    if not qualified or "." not in qualified.lstrip("."):
+        return False
+    module_name, _, class_name = qualified.rpartition(".")
+    path = os.path.abspath(ctx.path)
+    texts = _project_texts(project_root(path))
+    target = resolve_module(path, module_name, set(texts))
+    if target is None or target == path:
+        return False
+    key = (target, class_name)
+    found = _LOADING.get(key)
+    if found is None:
+        found = _LOADING[key] = _getitem_loads(texts.get(target, ""), class_name)
+    return found
+
+
+def _getitem_loads(text: str, class_name: str) -> bool:
+    from torchlint.facts import does_per_item_work
+
+    if "__getitem__" not in text or f"class {class_name}" not in text:
+        return False
+    try:
+        module = cst.parse_module(text)
+    except Exception:
+        return False  # its own lint reports it
+    for statement in module.body:
+        if isinstance(statement, cst.ClassDef) and statement.name.value == class_name:
+            for item in statement.body.body:
+                if isinstance(item, cst.FunctionDef) and item.name.value == "__getitem__":
+                    return does_per_item_work(item)
+    return False

@@ -450,6 +450,20 @@ class CallRecord:
         return bound
 
 
+# Calls in a dataset's ``__getitem__`` that read, decode or transform a sample.
+_PER_ITEM_WORK = frozenset({
+    "open", "imread", "imdecode", "read_image", "decode_image", "decode_jpeg", "load", "loadtxt", "read_csv",
+    "read_file", "transform", "transforms", "augment", "read", "fromfile", "memmap",
+})
+
+
+def does_per_item_work(function: cst.FunctionDef) -> bool:
+    """Does fetching one item (a ``__getitem__``) read, decode or transform a sample?"""
+    from torchlint.analysis import iter_subtree
+
+    return any(isinstance(sub, cst.Call) and last_name(sub.func) in _PER_ITEM_WORK for sub in iter_subtree(function.body))
+
+
 def is_dataloader_call(names: ImportTable, call: cst.Call) -> bool:
     qname = names.qualified_name(call.func)
     if qname is not None:
