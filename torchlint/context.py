@@ -336,6 +336,8 @@ class FileContext:
             return
         value = node.value
         target_node = node.targets[0].target
+        if isinstance(value, cst.Call) and isinstance(target_node, (cst.Name, cst.Tuple)):
+            self._record_returned(target_node, value)
         if isinstance(target_node, cst.Subscript):
             self._record_dict_item(target_node, value)
         target = dotted_name(target_node)
@@ -401,6 +403,20 @@ class FileContext:
             self.loop.trains = True
         if self.function is not None:
             self.function.trains = True
+
+    def _record_returned(self, target: cst.BaseExpression, call: cst.Call) -> None:
+        """``a, b, train_loader, val_loader = build_loader(cfg)`` with
+        ``build_loader`` imported from the project: each name is (call, position)
+        so ``loader_for`` can follow the callee's return value across files."""
+        if "." not in (self.names.imported_name(call.func) or "").lstrip("."):
+            return
+        scope = id(self.function.node) if self.function is not None else 0
+        if isinstance(target, cst.Name):
+            self.facts.returned[(scope, target.value)] = (call, None)
+            return
+        for position, element in enumerate(target.elements):  # type: ignore[attr-defined]
+            if isinstance(element.value, cst.Name):
+                self.facts.returned[(scope, element.value.value)] = (call, position)
 
     def _record_loader(self, call: cst.Call, target: Optional[str]) -> None:
         info = LoaderInfo(
@@ -473,6 +489,15 @@ class FileContext:
         for _ in range(4):
             if isinstance(expr, cst.Name) and expr.value not in ("True", "False", "None"):
                 value = self.values.get(expr.value) or self.facts.module_constants.get(expr.value)
+                if value is None:
+                    return expr
+                expr = value
+            elif isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Attribute):
+                # ``config.DATA.PIN_MEMORY``: the default the project's config module
+                # gives that key (a yacs ``_C.DATA.PIN_MEMORY = True``)
+                from torchlint import crossfile
+
+                value = crossfile.config_default(self.path, expr)
                 if value is None:
                     return expr
                 expr = value

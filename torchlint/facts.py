@@ -170,6 +170,9 @@ class ModuleFacts:
         self.batch_copies: List = []
         # calls of module functions: (callee, call node, caller FunctionInfo or None, resolved args)
         self.call_records: List["CallRecord"] = []
+        # (id(function node) or 0, name) -> (call of a function imported from the
+        # project, position in the returned tuple or None): ``a, loader = build(cfg)``
+        self.returned: Dict[tuple, tuple] = {}
         # call_records by callee (the module's own calls), indexed as they come: see calls_of
         self._calls_by_callee: Dict[str, List["CallRecord"]] = {}
         self._calls_indexed = 0
@@ -345,6 +348,11 @@ class ModuleFacts:
         same_scope = [l for l in self.loaders if l.target == dotted and l.function is function]
         if same_scope:
             return same_scope[-1]
+        returned = self.returned.get((id(function.node) if function is not None else 0, dotted))
+        if returned is not None:
+            from torchlint import crossfile
+
+            return crossfile.returned_loader(self.path, self.names, returned[0], returned[1])
         if function is not None and dotted in function.params and _depth < 4:
             passed = self._loader_passed_for(function, dotted, _depth)
             if passed is not None or self._bound_by_a_call(function, dotted):
