@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Tupl
 import libcst as cst
 
 from torchlint.analysis import Site, is_no_grad_item, mentions_cuda_availability
-from torchlint.batches import BatchFlow
+from torchlint.batches import BatchFlow, target_names
 from torchlint.facts import (
     OPTIMIZER_NAME,
     CallRecord,
@@ -166,6 +166,10 @@ class FileContext:
             parent=self.function,
             params=_parameter_names(node.params),
         )
+        info.argument_names.update(info.params)
+        for star in (node.params.star_arg, node.params.star_kwarg):
+            if isinstance(star, cst.Param):
+                info.argument_names.add(star.name.value)
         if self.function is not None:
             self.function.has_inner_def = True
         self.facts.functions.setdefault(info.name, []).append(info)
@@ -182,6 +186,10 @@ class FileContext:
         if isinstance(node, cst.For):
             info.iterates_data = self.facts.is_data_source(node.iter)
             self.batches.bind_loop(node)
+            function = self.function
+            if function is not None and _root_name(node.iter) in function.argument_names:
+                # ``for k, v in kwargs.items()``: each ``v`` is an argument too
+                function.argument_names.update(target_names(node.target))
             if isinstance(node.target, cst.Name):
                 # ``for v in t``: each ``v`` is an element of ``t`` (a tensor's
                 # elements are tensors on its device)
@@ -620,6 +628,19 @@ def is_training_step_call(func: cst.Attribute) -> bool:
     if attr == "backward":
         return True
     return attr == "step" and steps_optimizer(func.value)
+
+
+def _root_name(node: cst.BaseExpression) -> Optional[str]:
+    """``kwargs`` of ``kwargs.items()`` / ``kwargs["x"]`` / ``kwargs``."""
+    while True:
+        if isinstance(node, cst.Call):
+            node = node.func
+        elif isinstance(node, (cst.Attribute, cst.Subscript)):
+            node = node.value
+        elif isinstance(node, cst.Name):
+            return node.value
+        else:
+            return None
 
 
 def _parameter_names(params: cst.Parameters) -> List[str]:

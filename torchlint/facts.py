@@ -46,6 +46,9 @@ class FunctionInfo:
     uses_no_grad: bool = False  # a no_grad()/inference_mode() anywhere inside
     has_inner_def: bool = False
     params: List[str] = field(default_factory=list)
+    # names that hold what a caller passed: the parameters, ``*args``/``**kwargs``,
+    # and the targets of loops over them (``for k, v in kwargs.items()``)
+    argument_names: Set[str] = field(default_factory=set)
     # A backward()/optimizer step outside the function's own loops: one call
     # of the function is one training step.
     steps_per_call: bool = False
