@@ -68,8 +68,8 @@ else:  # pragma: no cover
 #   25.01 2.6.0a0, 25.06 2.8.0a0; and 23.03 2.0.0a0+1767026 (a Dockerfile citing
 #   rel-23-03.html), 23.04 2.1.0a0+fe05266f, 22.04 1.12.0, 23.01 1.14.0a0.
 # Every entry checked agreed with the table; the others are not yet checked
-# against a source. Tags with no PyTorch container (20.04, 20.05, 21.01, 25.07
-# has none found) are absent: an unknown tag says nothing about the version.
+# against a source. A tag not in the table (no source found for 25.07, and no
+# container found for 20.04, 20.05 or 21.01) says nothing about the version.
 NGC_PYTORCH: Dict[str, Version] = {
     "20.01": (1, 4), "20.02": (1, 4), "20.03": (1, 5), "20.06": (1, 6), "20.07": (1, 6),
     "20.08": (1, 7), "20.09": (1, 7), "20.10": (1, 7), "20.11": (1, 8), "20.12": (1, 8),
