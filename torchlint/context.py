@@ -231,6 +231,8 @@ class FileContext:
                 self._mark_training()
                 if self.function is not None and self.loop is None:
                     self.function.steps_per_call = True
+                    if attr == "step":
+                        self.function.steps_optimizer = True
             if isinstance(func.value, cst.Name) and (self.loop is not None or self.function is not None):
                 built_by = self.values.get(func.value.value)
                 # ``meter = AverageMeter()`` … ``meter.update(x)``: a method of a class instance

@@ -52,6 +52,9 @@ class FunctionInfo:
     # A backward()/optimizer step outside the function's own loops: one call
     # of the function is one training step.
     steps_per_call: bool = False
+    # ``optimizer.step()`` / ``scaler.step(optimizer)`` outside its own loops:
+    # every call of the function is one training step
+    steps_optimizer: bool = False
     # (callee name, Site) for every call of a module function or method
     call_sites: List[tuple] = field(default_factory=list)
     # parameters called inside the function (``step_fn(batch)``)
@@ -111,6 +114,23 @@ class LoopInfo:
         if isinstance(self.node, cst.For):
             return f"`for {_short(self.node.target)} in {_short(self.node.iter)}`"
         return "`while` loop"
+
+
+class TrainingStep:
+    """Stands for the loop that makes code hot when the reason is a function
+    that steps the optimizer once per call (``optimize()`` calling
+    ``opt.step()``): every call of it is one training step."""
+
+    __slots__ = ("function",)
+    node = None
+    parent = None
+
+    def __init__(self, function: FunctionInfo) -> None:
+        self.function = function
+
+    @property
+    def line_hint(self) -> str:
+        return f"every training step (`{self.function.name}()` steps the optimizer once per call)"
 
 
 @dataclass(eq=False)
@@ -239,6 +259,16 @@ class ModuleFacts:
                 called = {p for p in loop.function.called_params if p in loop.call_sites}
                 if called:
                     hot_params[loop.function.name] = (called, loop)
+        # A function that takes one optimizer step per call runs once per
+        # training step wherever it is called from, and so do its callees.
+        for infos in self.functions.values():
+            for info in infos:
+                if info.steps_optimizer and id(info) not in reached and not self._entry_point(info):
+                    step = TrainingStep(info)
+                    reached[id(info)] = (step, info)
+                    for inner, site in info.call_sites:
+                        if site.loop is None and not site.in_exception_path() and not site.under_periodic_guard(within=None):
+                            frontier.append((inner, step))
         while frontier:
             while frontier:
                 callee, loop = frontier.pop()
@@ -265,6 +295,11 @@ class ModuleFacts:
                                 frontier.append((value.value, hot_loop))
         self._per_batch = reached
         return reached
+
+    def _entry_point(self, info: FunctionInfo) -> bool:
+        """``main()`` or a function the module calls at its top level: one call,
+        however many steps it takes inside."""
+        return info.name in ("main", "run", "cli") or (info.class_name is None and info.name in self.module_calls)
 
     def callers_of(self, function: FunctionInfo) -> Set[str]:
         """Names of module functions that reach ``function`` through calls (itself included)."""
