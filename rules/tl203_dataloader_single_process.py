@@ -4,8 +4,8 @@ from typing import Dict, List, Optional, Set
 
 import libcst as cst
 
-from torchlint.analysis import iter_subtree
 from torchlint import crossfile
+from torchlint.analysis import iter_subtree
 from torchlint.facts import LoaderInfo, LoopInfo, does_per_item_work
 from torchlint.names import dotted_name, last_name
 from torchlint.rule import Invalid, Rule, Valid
@@ -24,15 +24,16 @@ class DataloaderSingleProcess(Rule):
 
     It fires only where loading a batch is real work the workers could take
     over: the dataset is a `torchvision.datasets` dataset, is built with a
-    per-item `transform=`, or is a class of the same module whose
-    `__getitem__` reads or decodes files (`open`, `Image.open`, `imread`,
+    per-item `transform=`, or is a class of the same module (or imported
+    from another module of the project) whose `__getitem__` reads or
+    decodes files (`open`, `Image.open`, `imread`,
     `np.load`, `torch.load`, `torchaudio.load`, `read_image`, …) or applies
     a transform. (`Subset`, `ConcatDataset` and names assigned from these
     are followed.)
 
     Not flagged: in-memory datasets (`TensorDataset`, tensors, lists) and
     datasets whose per-item work cannot be seen (a Hugging Face dataset, a
-    class from another module); loaders that only evaluation loops iterate;
+    class from an installed library); loaders that only evaluation loops iterate;
     `num_workers` given as an expression (`args.workers`,
     `os.cpu_count()`); `**kwargs` the rule cannot see; and modules that do
     not train.
