@@ -501,14 +501,12 @@ def returned_loader(path: str, names, call: cst.Call, position: Optional[int], d
 def _loader_returned_by(ctx, path: str, function: str, position: Optional[int], depth: int) -> Optional["LoaderInfo"]:
     from dataclasses import replace
 
-    from torchlint.analysis import iter_subtree
-
     facts = ctx.facts
     for info in facts.functions.get(function, ()):
         if info.class_name is not None or info.parent is not None:
             continue
-        for node in iter_subtree(info.node.body):
-            if not isinstance(node, cst.Return) or node.value is None:
+        for node in _own_returns(info.node.body):
+            if node.value is None:
                 continue
             value = node.value
             if position is not None:
@@ -529,3 +527,17 @@ def _loader_returned_by(ctx, path: str, function: str, position: Optional[int], 
                 where = loader.where or f"{os.path.relpath(path, project_root(path))}:{_row(ctx.source, loader.call)}"
                 return replace(loader, where=where)
     return None
+
+
+def _own_returns(body: cst.CSTNode):
+    """The ``return`` statements of a function body, not of functions, classes
+    or lambdas defined inside it."""
+    from torchlint.walker import child_nodes
+
+    stack = [body]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, cst.Return):
+            yield current
+        elif not isinstance(current, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            stack.extend(reversed(child_nodes(current)))
