@@ -63,9 +63,10 @@ else:  # pragma: no cover
 #   in github.com/foundation-model-stack/fms-hf-tuning/pull/675;
 # - the banner each container prints at start ("NVIDIA Release YY.MM (build …)
 #   PyTorch Version …"), as recorded in public repositories: 20.08 1.7.0a0,
-#   20.12 1.8.0a0, 21.07 1.10.0a0, 22.12 1.14.0a0, 23.05 2.0.0, 23.10 2.1.0a0,
-#   24.01 2.2.0a0, 24.02 2.3.0a0, 24.03 2.3.0a0, 24.10 2.5.0a0, 24.12 2.6.0a0,
-#   25.01 2.6.0a0, 25.06 2.8.0a0; and 23.03 2.0.0a0+1767026 (a Dockerfile citing
+#   20.12 1.8.0a0, 21.07 1.10.0a0, 21.10 1.10.0a0, 22.03 1.12.0a0, 22.12 1.14.0a0,
+#   23.05 2.0.0, 23.10 2.1.0a0, 24.01 2.2.0a0, 24.02 2.3.0a0, 24.03 2.3.0a0,
+#   24.10 2.5.0a0, 24.12 2.6.0a0, 25.01 2.6.0a0, 25.03 2.7.0a0, 25.06 2.8.0a0,
+#   25.09 2.9.0a0; and 23.03 2.0.0a0+1767026 (a Dockerfile citing
 #   rel-23-03.html), 23.04 2.1.0a0+fe05266f, 22.04 1.12.0, 23.01 1.14.0a0.
 # Every entry checked agreed with the table; the others are not yet checked
 # against a source. A tag not in the table (no source found for 25.07, and no
