@@ -20,8 +20,12 @@ class BlockingHostToDeviceCopy(Rule):
     `next(...)`) when the batches are in pinned memory and the copy does not
     pass `non_blocking=True`. Pinned batches are recognised from a
     `DataLoader(..., pin_memory=True)` visible in the module (also through a
-    `**kwargs` dict, or `pin_memory=torch.cuda.is_available()`), and from
-    tensors that were `.pin_memory()`'d.
+    `**kwargs` dict, or `pin_memory=torch.cuda.is_available()`), from a
+    loader another file of the project builds and passes in or returns
+    (`a, b, train_loader, val_loader = build_loader(config)`, with
+    `pin_memory=config.DATA.PIN_MEMORY` read from the project's config
+    defaults), and from tensors that were `.pin_memory()`'d. Batch parts
+    copied with `map(lambda t: t.cuda(), (x, y))` are copies too.
 
     When the loader is not visible in the module (it is a parameter, or built
     elsewhere), the rule stays silent unless the `assume-pinned` option is
@@ -47,7 +51,8 @@ class BlockingHostToDeviceCopy(Rule):
     `.items()`/comprehensions of the batch, not through arbitrary calls: a
     batch passed through `.float()` may be a new, unpinned tensor, so such
     copies are left alone. A loader is matched to the loop by the name it is
-    assigned to, anywhere in the module.
+    assigned to in the loop's scope, through the calls that pass it, or
+    through the return value of a function of another project file.
 
     ## Example
     ```python

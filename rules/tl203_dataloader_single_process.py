@@ -4,8 +4,9 @@ from typing import Dict, List, Optional, Set
 
 import libcst as cst
 
+from torchlint import crossfile
 from torchlint.analysis import iter_subtree
-from torchlint.facts import LoaderInfo, LoopInfo
+from torchlint.facts import LoaderInfo, LoopInfo, does_per_item_work
 from torchlint.names import dotted_name, last_name
 from torchlint.rule import Invalid, Rule, Valid
 
@@ -23,15 +24,16 @@ class DataloaderSingleProcess(Rule):
 
     It fires only where loading a batch is real work the workers could take
     over: the dataset is a `torchvision.datasets` dataset, is built with a
-    per-item `transform=`, or is a class of the same module whose
-    `__getitem__` reads or decodes files (`open`, `Image.open`, `imread`,
+    per-item `transform=`, or is a class of the same module (or imported
+    from another module of the project) whose `__getitem__` reads or
+    decodes files (`open`, `Image.open`, `imread`,
     `np.load`, `torch.load`, `torchaudio.load`, `read_image`, …) or applies
     a transform. (`Subset`, `ConcatDataset` and names assigned from these
     are followed.)
 
     Not flagged: in-memory datasets (`TensorDataset`, tensors, lists) and
     datasets whose per-item work cannot be seen (a Hugging Face dataset, a
-    class from another module); loaders that only evaluation loops iterate;
+    class from an installed library); loaders that only evaluation loops iterate;
     `num_workers` given as an expression (`args.workers`,
     `os.cpu_count()`); `**kwargs` the rule cannot see; and modules that do
     not train.
@@ -266,7 +268,7 @@ class DataloaderSingleProcess(Rule):
                 self.assigned.setdefault(name, []).append(node.value)
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        if node.name.value == "__getitem__" and self.ctx.class_names and _does_per_item_work(node):
+        if node.name.value == "__getitem__" and self.ctx.class_names and does_per_item_work(node):
             self.loading_classes.add(self.ctx.class_names[-1])
 
     def finish(self) -> None:
@@ -335,7 +337,7 @@ class DataloaderSingleProcess(Rule):
         if any(arg.keyword is not None and arg.keyword.value in _TRANSFORM_KEYWORDS and not _is_none(arg.value) for arg in node.args):
             return True
         name = qname.rsplit(".", 1)[-1]
-        if name in self.loading_classes:
+        if name in self.loading_classes or crossfile.class_loads_per_item(self.ctx, node.func):
             return True
         if name in _WRAPPERS and node.args:
             return self._loads_per_item(node.args[0].value, depth + 1)
@@ -344,17 +346,6 @@ class DataloaderSingleProcess(Rule):
 
 _TRANSFORM_KEYWORDS = frozenset({"transform", "transforms", "target_transform"})
 _WRAPPERS = frozenset({"Subset", "ConcatDataset", "ChainDataset"})
-# Calls in a __getitem__ that read, decode or transform a sample.
-_PER_ITEM_WORK = frozenset({
-    "open", "imread", "imdecode", "read_image", "decode_image", "decode_jpeg", "load", "loadtxt", "read_csv",
-    "read_file", "transform", "transforms", "augment", "read", "fromfile", "memmap",
-})
-
-
-def _does_per_item_work(function: cst.FunctionDef) -> bool:
-    return any(isinstance(sub, cst.Call) and last_name(sub.func) in _PER_ITEM_WORK for sub in iter_subtree(function.body))
-
-
 def _dataset_argument(call: cst.Call) -> Optional[cst.BaseExpression]:
     for arg in call.args:
         if arg.keyword is not None and arg.keyword.value == "dataset":

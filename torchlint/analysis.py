@@ -248,7 +248,7 @@ class Site:
         """Does the node read an argument of the method (``value.item()`` in
         ``update(self, value)``)? Only then can callers elsewhere make it hot
         by what they pass."""
-        params = set(function.params[1:])
+        params = (function.argument_names | set(function.params[1:])) - set(function.params[:1])
         if not params:
             return False
         for sub in iter_subtree(self.node):

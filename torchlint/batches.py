@@ -62,6 +62,7 @@ class BatchFlow:
         self.ctx = ctx
         self.scopes: List[Dict[str, Origin]] = [{}]
         self.placed_by_framework: set = set()
+        self._mapped_lambdas: set = set()
 
     # -- engine hooks ------------------------------------------------------------
     def enter_scope(self) -> None:
@@ -83,6 +84,31 @@ class BatchFlow:
             if origin is not None:
                 self._bind_target(clause.target, origin)
             clause = clause.inner_for_in
+
+    def enter_mapped_lambda(self, call: cst.Call, node: cst.Lambda) -> None:
+        """``map(lambda t: t.cuda(), (text, images))``: inside the lambda, its one
+        parameter is each element of the mapped batch parts."""
+        if last_name(call.func) != "map" or len(call.args) != 2 or call.args[0].value is not node:
+            return
+        params = node.params.params
+        if len(params) != 1:
+            return
+        mapped = call.args[1].value
+        if isinstance(mapped, (cst.Tuple, cst.List)):
+            origin = next((o for o in (self.origin_of(e.value) for e in mapped.elements) if o is not None), None)
+        else:
+            origin = self._items_origin(mapped)
+        if origin is None:
+            return
+        scope = dict(self.scopes[-1])
+        scope[params[0].name.value] = Origin(origin.kind, origin.source, origin.loop_node, origin.function, cast=origin.cast)
+        self.scopes.append(scope)
+        self._mapped_lambdas.add(id(node))
+
+    def leave_mapped_lambda(self, node: cst.Lambda) -> None:
+        if id(node) in self._mapped_lambdas:
+            self._mapped_lambdas.discard(id(node))
+            self.scopes.pop()
 
     def bind_assign(self, node: cst.Assign) -> None:
         value = node.value

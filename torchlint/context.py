@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Tupl
 import libcst as cst
 
 from torchlint.analysis import Site, is_no_grad_item, mentions_cuda_availability
-from torchlint.batches import BatchFlow
+from torchlint.batches import BatchFlow, target_names
 from torchlint.facts import (
     OPTIMIZER_NAME,
     CallRecord,
@@ -166,6 +166,10 @@ class FileContext:
             parent=self.function,
             params=_parameter_names(node.params),
         )
+        info.argument_names.update(info.params)
+        for star in (node.params.star_arg, node.params.star_kwarg):
+            if isinstance(star, cst.Param):
+                info.argument_names.add(star.name.value)
         if self.function is not None:
             self.function.has_inner_def = True
         self.facts.functions.setdefault(info.name, []).append(info)
@@ -182,6 +186,10 @@ class FileContext:
         if isinstance(node, cst.For):
             info.iterates_data = self.facts.is_data_source(node.iter)
             self.batches.bind_loop(node)
+            function = self.function
+            if function is not None and _root_name(node.iter) in function.argument_names:
+                # ``for k, v in kwargs.items()``: each ``v`` is an argument too
+                function.argument_names.update(target_names(node.target))
             if isinstance(node.target, cst.Name):
                 # ``for v in t``: each ``v`` is an element of ``t`` (a tensor's
                 # elements are tensors on its device)
@@ -193,6 +201,15 @@ class FileContext:
 
     def enter_comprehension(self, node: cst.CSTNode) -> None:
         self.batches.bind_comprehension(node)
+
+    def enter_lambda(self, node: cst.Lambda) -> None:
+        # ``map(lambda t: t.cuda(), (text, images))``: the lambda's parameter is each batch part
+        call = self.stack[-3] if len(self.stack) >= 3 else None
+        if isinstance(call, cst.Call):
+            self.batches.enter_mapped_lambda(call, node)
+
+    def leave_lambda(self, node: cst.Lambda) -> None:
+        self.batches.leave_mapped_lambda(node)
 
     def leave_assign(self, node: cst.Assign) -> None:
         # after the value: ``x = x.to(device)`` still sees the batch ``x`` in its value
@@ -214,6 +231,8 @@ class FileContext:
                 self._mark_training()
                 if self.function is not None and self.loop is None:
                     self.function.steps_per_call = True
+                    if attr == "step":
+                        self.function.steps_optimizer = True
             if isinstance(func.value, cst.Name) and (self.loop is not None or self.function is not None):
                 built_by = self.values.get(func.value.value)
                 # ``meter = AverageMeter()`` … ``meter.update(x)``: a method of a class instance
@@ -238,6 +257,8 @@ class FileContext:
                 # ``engine.train_one_epoch(...)``: a function of an imported module
                 if node.args:
                     self.facts.call_records.append(CallRecord(attr, node, self.function, self._argument_loaders(node), imported=True))
+        if self.loop is not None and not self.loop.pulls_batches and self.facts.pulls_batch(node):
+            self.loop.pulls_batches = True
         if callee is not None:
             function = self.function
             site = None
@@ -252,8 +273,6 @@ class FileContext:
                     function.called_params.add(callee)
             else:
                 self.facts.module_calls.add(callee)
-            if callee == "next" and self.loop is not None and node.args and self.facts.is_data_source(node.args[0].value):
-                self.loop.pulls_batches = True
             if node.args and callee not in _BUILTIN_CALLS:
                 tensors = {
                     id(arg.value)
@@ -321,12 +340,14 @@ class FileContext:
                         self.values[name] = _UNKNOWN_PART
             else:
                 name = dotted_name(target_node)
-                if name is not None:
+                if name is not None and not self._none_on_other_branch(name, node.value):
                     self.values[name] = node.value
         if len(node.targets) != 1:
             return
         value = node.value
         target_node = node.targets[0].target
+        if isinstance(value, cst.Call) and isinstance(target_node, (cst.Name, cst.Tuple)):
+            self._record_returned(target_node, value)
         if isinstance(target_node, cst.Subscript):
             self._record_dict_item(target_node, value)
         target = dotted_name(target_node)
@@ -349,6 +370,31 @@ class FileContext:
         if self._mentions_availability and mentions_cuda_availability(self, value):
             self.facts.cuda_flag_names.add(target)
 
+    def _none_on_other_branch(self, name: str, value: cst.BaseExpression) -> bool:
+        """``if a: x = tensor`` / ``else: x = None``: ``x`` keeps the tensor.
+
+        A value that is absent on one branch is still the tensor on the other,
+        and a sync on it is real there (``if x:`` on a CUDA tensor), so the
+        ``None`` does not replace the value the ``if`` body gave the name."""
+        if not (isinstance(value, cst.Name) and value.value == "None"):
+            return False
+        previous = self.values.get(name)
+        if previous is None or previous is _UNKNOWN_PART:
+            return False
+        stack = self.stack
+        for index in range(len(stack) - 1, 0, -1):
+            block = stack[index]
+            if isinstance(block, (cst.FunctionDef, cst.ClassDef, cst.For, cst.While, cst.Lambda)):
+                return False
+            if isinstance(block, (cst.Else, cst.If)) and isinstance(stack[index - 1], cst.If) and stack[index - 1].orelse is block:
+                body = stack[index - 1].body.body
+                return any(
+                    isinstance(line, cst.SimpleStatementLine)
+                    and any(isinstance(small, cst.Assign) and small.value is previous for small in line.body)
+                    for line in body
+                )
+        return False
+
     def enter_if(self, node: cst.If) -> None:
         """``if not torch.cuda.is_available(): raise …`` guards the rest of the scope."""
         if not self._mentions_availability:
@@ -367,6 +413,20 @@ class FileContext:
             self.loop.trains = True
         if self.function is not None:
             self.function.trains = True
+
+    def _record_returned(self, target: cst.BaseExpression, call: cst.Call) -> None:
+        """``a, b, train_loader, val_loader = build_loader(cfg)`` with
+        ``build_loader`` imported from the project: each name is (call, position)
+        so ``loader_for`` can follow the callee's return value across files."""
+        if "." not in (self.names.imported_name(call.func) or "").lstrip("."):
+            return
+        scope = id(self.function.node) if self.function is not None else 0
+        if isinstance(target, cst.Name):
+            self.facts.returned[(scope, target.value)] = (call, None)
+            return
+        for position, element in enumerate(target.elements):  # type: ignore[attr-defined]
+            if isinstance(element.value, cst.Name):
+                self.facts.returned[(scope, element.value.value)] = (call, position)
 
     def _record_loader(self, call: cst.Call, target: Optional[str]) -> None:
         info = LoaderInfo(
@@ -439,6 +499,15 @@ class FileContext:
         for _ in range(4):
             if isinstance(expr, cst.Name) and expr.value not in ("True", "False", "None"):
                 value = self.values.get(expr.value) or self.facts.module_constants.get(expr.value)
+                if value is None:
+                    return expr
+                expr = value
+            elif isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Attribute):
+                # ``config.DATA.PIN_MEMORY``: the default the project's config module
+                # gives that key (a yacs ``_C.DATA.PIN_MEMORY = True``)
+                from torchlint import crossfile
+
+                value = crossfile.config_default(self.path, expr)
                 if value is None:
                     return expr
                 expr = value
@@ -561,6 +630,19 @@ def is_training_step_call(func: cst.Attribute) -> bool:
     if attr == "backward":
         return True
     return attr == "step" and steps_optimizer(func.value)
+
+
+def _root_name(node: cst.BaseExpression) -> Optional[str]:
+    """``kwargs`` of ``kwargs.items()`` / ``kwargs["x"]`` / ``kwargs``."""
+    while True:
+        if isinstance(node, cst.Call):
+            node = node.func
+        elif isinstance(node, (cst.Attribute, cst.Subscript)):
+            node = node.value
+        elif isinstance(node, cst.Name):
+            return node.value
+        else:
+            return None
 
 
 def _parameter_names(params: cst.Parameters) -> List[str]:

@@ -23,6 +23,7 @@ and the flake8 plugin all index the same tree, so they report the same.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Dict, List, Optional, Set, Tuple, Union
 
@@ -60,6 +61,9 @@ _INDEXES: Dict[str, ProjectIndex] = {}
 
 
 def project_root(path: str) -> str:
+    """The nearest folder up from ``path`` with a root marker; without one,
+    the folder that holds the file's top-level package (``data/build.py`` in
+    a package ``data/`` belongs with ``main.py`` beside ``data/``)."""
     folder = os.path.dirname(os.path.abspath(path))
     start = folder
     for _ in range(12):
@@ -69,6 +73,10 @@ def project_root(path: str) -> str:
         if parent == folder:
             break
         folder = parent
+    for _ in range(12):
+        if not os.path.exists(os.path.join(start, "__init__.py")):
+            break
+        start = os.path.dirname(start)
     return start
 
 
@@ -371,3 +379,165 @@ def _walk(path: str, text: str):
         result = None
     _WALKED[path] = result
     return result
+
+
+# -- a dataset class of another file: does fetching one item do real work?
+_LOADING: Dict[Tuple[str, str], bool] = {}
+
+
+def class_loads_per_item(ctx: "FileContext", func: cst.BaseExpression) -> bool:
+    """Is ``func`` a class imported from another file of the project
+    (``from pkg.loader import TextImageDataset``) whose ``__getitem__`` reads,
+    decodes or transforms a sample (``facts.does_per_item_work``)? The class's
+    file is parsed on demand, once per process, only when its text defines
+    a ``__getitem__``."""
+    qualified = ctx.names.imported_name(func)
+    if not qualified or "." not in qualified.lstrip("."):
+        return False
+    module_name, _, class_name = qualified.rpartition(".")
+    path = os.path.abspath(ctx.path)
+    texts = _project_texts(project_root(path))
+    target = resolve_module(path, module_name, set(texts))
+    if target is None or target == path:
+        return False
+    key = (target, class_name)
+    found = _LOADING.get(key)
+    if found is None:
+        found = _LOADING[key] = _getitem_loads(texts.get(target, ""), class_name)
+    return found
+
+
+def _getitem_loads(text: str, class_name: str) -> bool:
+    from torchlint.facts import does_per_item_work
+
+    if "__getitem__" not in text or f"class {class_name}" not in text:
+        return False
+    try:
+        module = cst.parse_module(text)
+    except Exception:
+        return False  # its own lint reports it
+    for statement in module.body:
+        if isinstance(statement, cst.ClassDef) and statement.name.value == class_name:
+            for item in statement.body.body:
+                if isinstance(item, cst.FunctionDef) and item.name.value == "__getitem__":
+                    return does_per_item_work(item)
+    return False
+
+
+# -- config attributes: ``config.DATA.PIN_MEMORY`` -> the project's ``_C.DATA.PIN_MEMORY = True``
+_CONFIG_KEY = re.compile(r"^[A-Z][A-Z0-9_]*$")
+_CONFIG_DEFAULTS: Dict[str, Dict[str, str]] = {}
+_CONFIG_LINE = re.compile(r"^[A-Za-z_]\w*((?:\.[A-Z][A-Z0-9_]*)+)\s*=\s*(True|False|None|-?\d+(?:\.\d+)?)\s*(?:#.*)?$", re.M)
+
+
+def config_default(path: str, expr: cst.Attribute) -> Optional[cst.BaseExpression]:
+    """The literal default of an upper-case config key (``cfg.DATA.PIN_MEMORY``,
+    two levels or more) set at module level by a config module of the
+    project (``_C.DATA.PIN_MEMORY = True``, yacs style). None when no module,
+    or more than one value, is found: the key is then unknown."""
+    parts: List[str] = []
+    node: cst.BaseExpression = expr
+    while isinstance(node, cst.Attribute):
+        parts.append(node.attr.value)
+        node = node.value
+    if len(parts) < 2 or not isinstance(node, cst.Name) or not all(_CONFIG_KEY.match(p) for p in parts):
+        return None
+    key = ".".join(reversed(parts))
+    root = project_root(os.path.abspath(path))
+    defaults = _CONFIG_DEFAULTS.get(root)
+    if defaults is None:
+        defaults = _CONFIG_DEFAULTS[root] = _config_defaults(_project_texts(root))
+    literal = defaults.get(key)
+    return cst.parse_expression(literal) if literal else None
+
+
+def _config_defaults(texts: Dict[str, str]) -> Dict[str, str]:
+    """Key -> literal over the project's module-level upper-case config
+    assignments; a key given two different values is left out."""
+    found: Dict[str, str] = {}
+    conflicting: Set[str] = set()
+    for text in texts.values():
+        if "CfgNode" not in text and "ConfigDict" not in text and "EasyDict" not in text:
+            continue
+        for match in _CONFIG_LINE.finditer(text):
+            key, literal = match.group(1)[1:], match.group(2)
+            if found.get(key, literal) != literal:
+                conflicting.add(key)
+            found[key] = literal
+    for key in conflicting:
+        found.pop(key, None)
+    return found
+
+
+# -- return values: ``a, b, train_loader, val_loader = build_loader(cfg)`` from another file
+_RETURNED: Dict[Tuple[str, str, Optional[int]], Optional["LoaderInfo"]] = {}
+
+
+def returned_loader(path: str, names, call: cst.Call, position: Optional[int], depth: int = 0) -> Optional["LoaderInfo"]:
+    """The loader a function imported from another file of the project
+    returns (at ``position`` of a returned tuple, or as its whole value),
+    followed through functions that return another imported function's
+    result (``return _build_loader(config)``). Each callee file is walked
+    once per process; the loader's ``where`` names the file and line."""
+    qualified = names.imported_name(call.func)
+    if not qualified or "." not in qualified.lstrip(".") or depth > 3:
+        return None
+    module_name, _, function = qualified.rpartition(".")
+    importer = os.path.abspath(path)
+    texts = _project_texts(project_root(importer))
+    callee = resolve_module(importer, module_name, set(texts))
+    if callee is None or callee == importer:
+        return None
+    key = (callee, function, position)
+    if key in _RETURNED:
+        return _RETURNED[key]
+    _RETURNED[key] = None
+    callee_ctx = _walk(callee, texts.get(callee, ""))
+    found = None if callee_ctx is None else _loader_returned_by(callee_ctx, callee, function, position, depth)
+    _RETURNED[key] = found
+    return found
+
+
+def _loader_returned_by(ctx, path: str, function: str, position: Optional[int], depth: int) -> Optional["LoaderInfo"]:
+    from dataclasses import replace
+
+    facts = ctx.facts
+    for info in facts.functions.get(function, ()):
+        if info.class_name is not None or info.parent is not None:
+            continue
+        for node in _own_returns(info.node.body):
+            if node.value is None:
+                continue
+            value = node.value
+            if position is not None:
+                if not isinstance(value, cst.Tuple) or position >= len(value.elements):
+                    if isinstance(value, cst.Call):  # forwarded: ``return _build_loader(config)``
+                        forwarded = returned_loader(path, ctx.names, value, position, depth + 1)
+                        if forwarded is not None:
+                            return forwarded
+                    continue
+                value = value.elements[position].value
+            elif isinstance(value, cst.Call) and not facts.loader_for(value, info):
+                forwarded = returned_loader(path, ctx.names, value, None, depth + 1)
+                if forwarded is not None:
+                    return forwarded
+                continue
+            loader = facts.loader_for(value, info)
+            if loader is not None and loader.call is not None:
+                where = loader.where or f"{os.path.relpath(path, project_root(path))}:{_row(ctx.source, loader.call)}"
+                return replace(loader, where=where)
+    return None
+
+
+def _own_returns(body: cst.CSTNode):
+    """The ``return`` statements of a function body, not of functions, classes
+    or lambdas defined inside it."""
+    from torchlint.walker import child_nodes
+
+    stack = [body]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, cst.Return):
+            yield current
+        elif not isinstance(current, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            stack.extend(reversed(child_nodes(current)))

@@ -28,6 +28,10 @@ _PASS_THROUGH = {"enumerate", "tqdm", "iter", "islice", "zip", "progress", "trac
 # Calls that receive a loader but do not yield its batches when iterated.
 _NOT_BATCHES = {"range", "len", "trange", "sorted", "reversed", "print", "isinstance", "getattr", "hasattr"}
 
+# Methods of a data source that hand out one batch per call
+# (``x, y = train_loader.next_batch()``, a project's own loader class).
+BATCH_PULL_METHODS = frozenset({"next_batch", "get_batch", "get_next_batch", "__next__"})
+
 OPTIMIZER_NAME = re.compile(r"(?i)(optim|opt$|^opt|optimizer)")
 
 
@@ -42,9 +46,15 @@ class FunctionInfo:
     uses_no_grad: bool = False  # a no_grad()/inference_mode() anywhere inside
     has_inner_def: bool = False
     params: List[str] = field(default_factory=list)
+    # names that hold what a caller passed: the parameters, ``*args``/``**kwargs``,
+    # and the targets of loops over them (``for k, v in kwargs.items()``)
+    argument_names: Set[str] = field(default_factory=set)
     # A backward()/optimizer step outside the function's own loops: one call
     # of the function is one training step.
     steps_per_call: bool = False
+    # ``optimizer.step()`` / ``scaler.step(optimizer)`` outside its own loops:
+    # every call of the function is one training step
+    steps_optimizer: bool = False
     # (callee name, Site) for every call of a module function or method
     call_sites: List[tuple] = field(default_factory=list)
     # parameters called inside the function (``step_fn(batch)``)
@@ -65,7 +75,7 @@ class LoopInfo:
     parent: Optional["LoopInfo"]
     iterates_data: bool = False
     trains: bool = False
-    pulls_batches: bool = False  # next(<data source>) in the body
+    pulls_batches: bool = False  # next(<data source>) or <data source>.next_batch() in the body
     calls: Set[str] = field(default_factory=set)
     # callee name -> the sites (``torchlint.analysis.Site``) of its calls in the body
     call_sites: Dict[str, list] = field(default_factory=dict)
@@ -104,6 +114,23 @@ class LoopInfo:
         if isinstance(self.node, cst.For):
             return f"`for {_short(self.node.target)} in {_short(self.node.iter)}`"
         return "`while` loop"
+
+
+class TrainingStep:
+    """Stands for the loop that makes code hot when the reason is a function
+    that steps the optimizer once per call (``optimize()`` calling
+    ``opt.step()``): every call of it is one training step."""
+
+    __slots__ = ("function",)
+    node = None
+    parent = None
+
+    def __init__(self, function: FunctionInfo) -> None:
+        self.function = function
+
+    @property
+    def line_hint(self) -> str:
+        return f"every training step (`{self.function.name}()` steps the optimizer once per call)"
 
 
 @dataclass(eq=False)
@@ -166,6 +193,9 @@ class ModuleFacts:
         self.batch_copies: List = []
         # calls of module functions: (callee, call node, caller FunctionInfo or None, resolved args)
         self.call_records: List["CallRecord"] = []
+        # (id(function node) or 0, name) -> (call of a function imported from the
+        # project, position in the returned tuple or None): ``a, loader = build(cfg)``
+        self.returned: Dict[tuple, tuple] = {}
         # call_records by callee (the module's own calls), indexed as they come: see calls_of
         self._calls_by_callee: Dict[str, List["CallRecord"]] = {}
         self._calls_indexed = 0
@@ -229,6 +259,16 @@ class ModuleFacts:
                 called = {p for p in loop.function.called_params if p in loop.call_sites}
                 if called:
                     hot_params[loop.function.name] = (called, loop)
+        # A function that takes one optimizer step per call runs once per
+        # training step wherever it is called from, and so do its callees.
+        for infos in self.functions.values():
+            for info in infos:
+                if info.steps_optimizer and id(info) not in reached and not self._entry_point(info):
+                    step = TrainingStep(info)
+                    reached[id(info)] = (step, info)
+                    for inner, site in info.call_sites:
+                        if site.loop is None and not site.in_exception_path() and not site.under_periodic_guard(within=None):
+                            frontier.append((inner, step))
         while frontier:
             while frontier:
                 callee, loop = frontier.pop()
@@ -255,6 +295,11 @@ class ModuleFacts:
                                 frontier.append((value.value, hot_loop))
         self._per_batch = reached
         return reached
+
+    def _entry_point(self, info: FunctionInfo) -> bool:
+        """``main()`` or a function the module calls at its top level: one call,
+        however many steps it takes inside."""
+        return info.name in ("main", "run", "cli") or (info.class_name is None and info.name in self.module_calls)
 
     def callers_of(self, function: FunctionInfo) -> Set[str]:
         """Names of module functions that reach ``function`` through calls (itself included)."""
@@ -291,6 +336,9 @@ class ModuleFacts:
             ):
                 return True
             return False
+        if isinstance(node, cst.IfExp):
+            # ``enumerate(dl if streaming else distr_dl)``
+            return self.is_data_source(node)
         dotted = dotted_name(node)
         if dotted is None:
             return False
@@ -299,6 +347,19 @@ class ModuleFacts:
         name = dotted.rsplit(".", 1)[-1]
         return bool(_DATA_SOURCE.search(name))
 
+    def pulls_batch(self, call: cst.Call) -> bool:
+        """Does this call hand out one batch of a data source: ``next(loader_iter)``
+        or ``train_loader.next_batch()``?"""
+        func = call.func
+        if isinstance(func, cst.Name):
+            return func.value == "next" and bool(call.args) and self.is_data_source(call.args[0].value)
+        return (
+            isinstance(func, cst.Attribute)
+            and func.attr.value in BATCH_PULL_METHODS
+            and not call.args
+            and self.is_data_source(func.value)
+        )
+
     def loader_for(self, node: cst.CSTNode, function: Optional[FunctionInfo] = None, _depth: int = 0) -> Optional[LoaderInfo]:
         """The DataLoader whose batches iterating ``node`` (in ``function``)
         yields, if visible: a loader bound in the same scope, a module-level
@@ -306,6 +367,9 @@ class ModuleFacts:
         call of the function in this module passes for it."""
         while isinstance(node, cst.Call) and node.args and self.yields_first_argument(node):
             node = node.args[0].value
+        if isinstance(node, cst.IfExp):
+            # ``dl if streaming else distr_dl``: the loader either branch names
+            return self.loader_for(node.body, function, _depth) or self.loader_for(node.orelse, function, _depth)
         if isinstance(node, cst.Call):
             for loader in self.loaders:
                 if loader.call is node:
@@ -322,6 +386,11 @@ class ModuleFacts:
         same_scope = [l for l in self.loaders if l.target == dotted and l.function is function]
         if same_scope:
             return same_scope[-1]
+        returned = self.returned.get((id(function.node) if function is not None else 0, dotted))
+        if returned is not None:
+            from torchlint import crossfile
+
+            return crossfile.returned_loader(self.path, self.names, returned[0], returned[1])
         if function is not None and dotted in function.params and _depth < 4:
             passed = self._loader_passed_for(function, dotted, _depth)
             if passed is not None or self._bound_by_a_call(function, dotted):
@@ -425,6 +494,20 @@ class CallRecord:
                 bound[positional[index]] = arg.value
                 index += 1
         return bound
+
+
+# Calls in a dataset's ``__getitem__`` that read, decode or transform a sample.
+_PER_ITEM_WORK = frozenset({
+    "open", "imread", "imdecode", "read_image", "decode_image", "decode_jpeg", "load", "loadtxt", "read_csv",
+    "read_file", "transform", "transforms", "augment", "read", "fromfile", "memmap",
+})
+
+
+def does_per_item_work(function: cst.FunctionDef) -> bool:
+    """Does fetching one item (a ``__getitem__``) read, decode or transform a sample?"""
+    from torchlint.analysis import iter_subtree
+
+    return any(isinstance(sub, cst.Call) and last_name(sub.func) in _PER_ITEM_WORK for sub in iter_subtree(function.body))
 
 
 def is_dataloader_call(names: ImportTable, call: cst.Call) -> bool:

@@ -51,10 +51,26 @@ else:  # pragma: no cover
 
 
 # NGC PyTorch container release (YY.MM) -> the torch its image is built on.
-# From NVIDIA's PyTorch container release notes ("PyTorch container image
-# version YY.MM is based on X.Y.0a0+…") and the Frameworks Support Matrix.
 # NVIDIA builds from a pre-release of the next torch ("2.3.0a0"), which has
-# that release's APIs; the table records that version.
+# that release's APIs; the table records that version. 22.12-23.02 ship
+# "1.14.0a0", the pre-release that became 2.0 (it has torch.compile): 2.0.
+#
+# Checked (2026-11) against what NVIDIA publishes:
+# - the release notes, docs.nvidia.com/deeplearning/frameworks/pytorch-release-notes/:
+#   rel_20-02.html "version 20.02 is based on PyTorch 1.4.0a0+a5b4d78",
+#   rel-25-12.html "version 25.12 is based on 2.10.0a0+b4e4ee81d3"; their text
+#   for 25.02 ("2.7.0a0+6c54963f75") and 25.10 ("2.9.0a0+145a3a7bda") as quoted
+#   in github.com/foundation-model-stack/fms-hf-tuning/pull/675;
+# - the banner each container prints at start ("NVIDIA Release YY.MM (build …)
+#   PyTorch Version …"), as recorded in public repositories: 20.08 1.7.0a0,
+#   20.12 1.8.0a0, 21.07 1.10.0a0, 21.10 1.10.0a0, 22.03 1.12.0a0, 22.12 1.14.0a0,
+#   23.05 2.0.0, 23.10 2.1.0a0, 24.01 2.2.0a0, 24.02 2.3.0a0, 24.03 2.3.0a0,
+#   24.10 2.5.0a0, 24.12 2.6.0a0, 25.01 2.6.0a0, 25.03 2.7.0a0, 25.06 2.8.0a0,
+#   25.09 2.9.0a0; and 23.03 2.0.0a0+1767026 (a Dockerfile citing
+#   rel-23-03.html), 23.04 2.1.0a0+fe05266f, 22.04 1.12.0, 23.01 1.14.0a0.
+# Every entry checked agreed with the table; the others are not yet checked
+# against a source. A tag not in the table (no source found for 25.07, and no
+# container found for 20.04, 20.05 or 21.01) says nothing about the version.
 NGC_PYTORCH: Dict[str, Version] = {
     "20.01": (1, 4), "20.02": (1, 4), "20.03": (1, 5), "20.06": (1, 6), "20.07": (1, 6),
     "20.08": (1, 7), "20.09": (1, 7), "20.10": (1, 7), "20.11": (1, 8), "20.12": (1, 8),

@@ -64,7 +64,25 @@ def tensor_evidence(ctx: "FileContext", expr: cst.BaseExpression, _seen: Optiona
         return tensor_evidence(ctx, expr.value, seen)
     if isinstance(expr, (cst.Name, cst.Attribute)):
         return _name_evidence(ctx, expr, seen)
+    if isinstance(expr, cst.IfExp):
+        return _ternary_evidence(ctx, expr, seen)
     return None
+
+
+def _ternary_evidence(ctx: "FileContext", expr: cst.IfExp, seen) -> Optional[bool]:
+    """``acc if mixup is None else None``: a tensor on one branch and ``None`` (or
+    another tensor) on the other is a tensor where it matters, as for a name
+    given ``None`` in an ``else`` (``FileContext._none_on_other_branch``)."""
+    branches = [tensor_evidence(ctx, b, seen) if not _is_none(b) else "none" for b in (expr.body, expr.orelse)]
+    if True in branches and all(b in (True, "none") for b in branches):
+        return True
+    if all(b is False for b in branches):
+        return False
+    return None
+
+
+def _is_none(expr: cst.BaseExpression) -> bool:
+    return isinstance(expr, cst.Name) and expr.value == "None"
 
 
 def _any_tensor(ctx: "FileContext", parts, seen) -> Optional[bool]:

@@ -211,8 +211,10 @@ _ENGINE_HOOKS: Dict[type, Callable[[FileContext, cst.CSTNode], None]] = {
     cst.SetComp: FileContext.enter_comprehension,
     cst.DictComp: FileContext.enter_comprehension,
     cst.GeneratorExp: FileContext.enter_comprehension,
+    cst.Lambda: FileContext.enter_lambda,
 }
 # After the rules' ``leave_`` methods, so they see the bindings of before the node.
 _ENGINE_LEAVE_HOOKS: Dict[type, Callable[[FileContext, cst.CSTNode], None]] = {
     cst.Assign: FileContext.leave_assign,
+    cst.Lambda: FileContext.leave_lambda,
 }
