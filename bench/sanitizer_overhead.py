@@ -292,6 +292,71 @@ def run_child(workload: str, mode_name: str, steps: int, repeats: int, warmup: i
     return result
 
 
+def run_paired_child(workload: str, mode_name: str, steps: int, repeats: int, warmup: int) -> Dict[str, object]:
+    """One torchlint mode against the baseline in the same process, window by window.
+
+    A torchlint session can be stopped and leaves nothing behind (hooks
+    removed, the tap and its gpu_trace filter off), so each repeat times a
+    window without a session and a window under a fresh one (started, three
+    steps to switch its checks on, then timed), in alternating order. Slow
+    drifts of the host (clocks, neighbours) then hit both alike; the ratio is
+    fastest window under the mode over fastest window without it.
+    """
+    import torch
+
+    mode = {m.name: m for m in MODES}[mode_name]
+    synchronize = torch.cuda.synchronize
+    if mode.setup is not None:
+        mode.setup(torch)
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from torchlint.sanitizer import SanitizerSession
+
+    step = WORKLOADS[workload](torch)
+    for _ in range(warmup):
+        step()
+    synchronize()
+
+    def window() -> float:
+        start = time.perf_counter()
+        for _ in range(steps):
+            step()
+        synchronize()
+        return (time.perf_counter() - start) * 1000.0 / steps
+
+    def checked_window() -> float:
+        session = SanitizerSession(checks=mode.checks)
+        session.start()
+        try:
+            for _ in range(3):
+                step()
+            synchronize()
+            return window()
+        finally:
+            session.stop()
+            last["session"] = session
+
+    last: Dict[str, object] = {}
+    base_times, mode_times = [], []
+    for index in range(repeats):
+        if index % 2 == 0:
+            base_times.append(window())
+            mode_times.append(checked_window())
+        else:
+            mode_times.append(checked_window())
+            base_times.append(window())
+    session = last["session"]
+    result: Dict[str, object] = {"workload": workload, "mode": mode_name, "paired": True,
+                                 "ms_per_step": min(mode_times), "baseline_ms": min(base_times),
+                                 "all_ms": mode_times, "all_baseline_ms": base_times, "steps": steps}
+    result["findings"] = [f"{f.kind}:{f.details.get('sync_kind', '')}@{os.path.basename(f.file or '')}:{f.line}"
+                          for f in session.findings]
+    race = session.summaries().get("race")
+    if race:
+        result["race"] = race
+        result["steps_run"] = steps + 3
+    return result
+
+
 # --- parent: every pair in a fresh process, one table -----------------------------------
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -306,11 +371,16 @@ def main(argv: Optional[List[str]] = None) -> int:
                              "the table takes the fastest round (noise only ever adds time)")
     parser.add_argument("--timeout", type=float, default=240.0, help="seconds per child process")
     parser.add_argument("--json", default=None, metavar="PATH", help="also write the results as JSON")
+    parser.add_argument("--paired", action="store_true",
+                        help="torchlint modes: time windows with and without a session alternately in one process "
+                             "and take the ratio there (see run_paired_child); other modes run as usual")
     parser.add_argument("--child", nargs=2, metavar=("WORKLOAD", "MODE"), help=argparse.SUPPRESS)
+    parser.add_argument("--paired-child", action="store_true", help=argparse.SUPPRESS)
     options = parser.parse_args(argv)
 
     if options.child:
-        result = run_child(options.child[0], options.child[1], options.steps, options.repeats, options.warmup)
+        run = run_paired_child if options.paired_child else run_child
+        result = run(options.child[0], options.child[1], options.steps, options.repeats, options.warmup)
         print("RESULT " + json.dumps(result))
         return 0
 
@@ -322,10 +392,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 2
     rounds: Dict[tuple, List[Dict[str, object]]] = {}
     for workload in workloads:
-        for mode, _ in [(m, r) for r in range(options.rounds) for m in modes]:
+        # Rounds alternate the order, so no mode always runs first after the GPU idled.
+        for mode in [m for r in range(options.rounds) for m in (modes if r % 2 == 0 else modes[::-1])]:
             command = [sys.executable, os.path.abspath(__file__), "--child", workload, mode,
                        "--steps", str(options.steps), "--repeats", str(options.repeats),
                        "--warmup", str(options.warmup)]
+            if options.paired and {m.name: m for m in MODES}[mode].checks is not None:
+                command.append("--paired-child")
             try:
                 done = subprocess.run(command, capture_output=True, text=True, timeout=options.timeout)
             except subprocess.TimeoutExpired:
@@ -360,12 +433,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         if "error" in r:
             print(f"{r['workload']:20s} {r['mode']:12s} {'-':>9s} {'-':>7s} {target_text:>7s}  error: {r['error']}")
             continue
-        base = baselines.get(r["workload"])
+        base = r.get("baseline_ms") if r.get("paired") else baselines.get(r["workload"])
         ratio = r["ms_per_step"] / base if base else float("nan")
         r["ratio"] = ratio
         notes = ""
         if len(r.get("rounds_ms", [])) > 1:
             notes = "rounds " + "/".join(f"{v:.3f}" for v in r["rounds_ms"]) + "  "
+        if r.get("paired"):
+            notes += f"paired: {r['baseline_ms']:.3f} ms/step without the session in the same process  "
         if r.get("allocations_per_step"):
             notes += f"{r['allocations_per_step']:.0f} allocs/step  "
         race = r.get("race") or {}
