@@ -353,7 +353,7 @@ def run_paired_child(workload: str, mode_name: str, steps: int, repeats: int, wa
     race = session.summaries().get("race")
     if race:
         result["race"] = race
-        result["steps_run"] = steps + 3
+        result["steps_run"] = repeats * (steps + 3)  # the tap's counters run on across sessions
     return result
 
 
