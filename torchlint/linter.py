@@ -16,10 +16,10 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 
 import libcst as cst
 from libcst._nodes.internal import CodegenState
-from libcst.metadata import MetadataWrapper, PositionProvider
 
 from torchlint import noqa
 from torchlint.context import FileContext
+from torchlint.positions import positions_of
 from torchlint.project import CHECK_TESTS, ProjectFacts, TorchRange, for_file, is_test_module, with_target
 from torchlint.registry import SyntaxErrorRule
 from torchlint.source import split_lines
@@ -135,7 +135,23 @@ def _lint_module(text: str, path: str, options: FileOptions, rules: Sequence[Typ
     if diagnostics and not options.ignore_noqa:
         suppressions = noqa.parse(text)
         diagnostics = [d for d in diagnostics if not suppressions.suppresses(d.code, d.noqa_row or d.row)]
+    _release(ctx, instances)
     return LintOutput(diagnostics, list(failed.values()), True)
+
+
+def _release(ctx: FileContext, instances: Sequence[Rule]) -> None:
+    """Break the reference cycles of one file's analysis (the context, its
+    facts, their sites and the rules point at one another), so that reference
+    counting frees the tree as soon as the lint returns. Left to the cyclic
+    collector, every node of it was traversed first: 7% of a cold lint."""
+    facts = ctx.facts
+    for infos in facts.functions.values():
+        for info in infos:
+            vars(info).clear()
+    for loop in facts.loops.values():
+        vars(loop).clear()
+    for owner in (*instances, ctx.batches, facts, ctx):
+        vars(owner).clear()
 
 
 @contextlib.contextmanager
@@ -341,7 +357,9 @@ def elide_large_literals(text: str, tree: Optional[ast.Module]) -> str:
 
 
 def _place(reports, module: cst.Module, text: str, path: str) -> List[Diagnostic]:
-    positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    nodes = [node for _, node, _, _ in reports]
+    nodes += [edit.node for _, _, _, fix in reports if fix is not None for edit in fix.edits if edit.node is not None]
+    positions = positions_of(module, nodes)
     lines = split_lines(text)
     diagnostics = []
     for rule, node, message, fix in reports:
