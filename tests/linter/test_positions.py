@@ -46,3 +46,18 @@ def test_nodes_in_several_statements_and_the_module_itself():
     assert [got[n] for n in picked] == [expected[n] for n in picked]
     got = positions_of(module, [module, *picked])  # the module: no statement holds it
     assert [got[n] for n in (module, *picked)] == [expected[n] for n in (module, *picked)]
+
+
+@pytest.mark.parametrize("name", ["linter.py", "walker.py", "context.py"])
+def test_every_node_of_a_real_module(name):
+    import torchlint
+
+    path = torchlint.__file__.replace("__init__.py", name)
+    with open(path, encoding="utf-8") as handle:
+        module = cst.parse_module(handle.read())
+    expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    nodes = list(all_nodes(module))[1:]  # every statement holds some: the statement-by-statement path
+    got = positions_of(module, nodes)
+    assert [got[n] for n in nodes] == [expected[n] for n in nodes]
+    got = positions_of(module, [module, *nodes])  # the whole-module path
+    assert [got[n] for n in (module, *nodes)] == [expected[n] for n in (module, *nodes)]
