@@ -413,7 +413,7 @@ def api_floor(text: str, tree: Optional[ast.Module] = None) -> Optional[Tuple[Ve
     code (``torch.compile(model)``) from strings and comments that merely name it."""
     if "torch" not in text or _VERSION_PROBE.search(text):
         return None
-    mentioned = [(version, name) for pattern, version, name in API_FLOORS if pattern.search(text)]
+    mentioned = [(version, name) for pattern, version, name in API_FLOORS if name in text and pattern.search(text)]  # the name first: 10x cheaper
     if not mentioned:
         return None
     if tree is None:
