@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Type, TypeVar
 
 import libcst as cst
+from libcst._nodes.base import CSTNode
 from libcst._nodes.internal import CodegenState
 
 from torchlint import noqa
@@ -99,7 +100,7 @@ def lint_text(text: str, path: str, options: FileOptions) -> LintOutput:
 def _lint_module(text: str, path: str, options: FileOptions, rules: Sequence[Type[Rule]], tree: Optional[ast.Module] = None) -> LintOutput:
     text = text_for_libcst(text)
     try:
-        module = cst.parse_module(text)
+        module = parse_module(text)
     except cst.ParserSyntaxError as exc:  # CPython compiled it; libcst's grammar lags behind
         return LintOutput([syntax_error(path, f"SyntaxError: {exc.message} (libcst cannot parse this)", exc.raw_line, exc.raw_column + 1)], [], False)
 
@@ -154,6 +155,33 @@ def _release(ctx: FileContext, instances: Sequence[Rule]) -> None:
         vars(loop).clear()
     for owner in (*instances, ctx.batches, facts, ctx):
         vars(owner).clear()
+
+
+def parse_module(text: str) -> cst.Module:
+    """``libcst.parse_module`` without libcst validating each node it builds.
+    Every node's ``__post_init__`` runs checks meant for trees built by hand
+    (parentheses that match, whitespace where tokens need it); a tree the
+    parser built from source passes them by construction, and they cost a
+    sixth of the parse. (libcst's own note on ``CSTNode.__post_init__``
+    suggests moving them out of parsing.) Nodes built meanwhile by any other
+    thread are validated as usual."""
+    parsing_thread = threading.get_ident()
+    get_ident = threading.get_ident
+
+    def __post_init__(node: cst.CSTNode) -> None:
+        if get_ident() != parsing_thread:
+            node._validate()
+
+    with _PARSE_LOCK:
+        CSTNode.__post_init__ = __post_init__  # type: ignore[method-assign]
+        try:
+            return cst.parse_module(text)
+        finally:
+            CSTNode.__post_init__ = _VALIDATING_POST_INIT  # type: ignore[method-assign]
+
+
+_VALIDATING_POST_INIT = CSTNode.__post_init__
+_PARSE_LOCK = threading.Lock()
 
 
 @contextlib.contextmanager
