@@ -3,13 +3,15 @@
 libcst's ``PositionProvider`` regenerates the whole module's code and
 records a range for every node in it (through a context manager per
 syntactic node), and ``MetadataWrapper.resolve`` adds a full visit of the
-tree on top: on the corpus that cost twice the time of the rules that made
-the reports. A finding needs the positions of a handful of nodes, so only
+tree on top: on the corpus that cost 2.2 of a cold lint's 22 CPU-s, for
+43 files with findings. A finding needs the positions of a handful of nodes, so only
 the top-level statements holding them are generated with positions; every
 statement before them is generated plainly to count its lines (a module's
 code is its statements' code back to back, starting after the header).
 A node found in no top-level statement (the module itself, a comment in the
-header) falls back to positions for the whole module.
+header) falls back to positions for the whole module. The bookkeeping is
+libcst's own, step for step (``_PlacingState``), so the ranges are the ones
+``PositionProvider`` gives.
 """
 from __future__ import annotations
 
