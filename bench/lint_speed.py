@@ -1,12 +1,17 @@
 """How fast torchlint lints a code base, against libcst's own parse of it.
 
-    python bench/lint_speed.py DIR [--jobs-check] [--prefilter-check] [--cache-check]
+    python bench/lint_speed.py DIR [--phases] [--jobs-check] [--prefilter-check] [--cache-check]
 
 One run measures, file by file and back to back, the CPU time of a pure
-``libcst.parse_module`` and of a full torchlint lint (parse + one walk with
-every default rule), and prints files, lines, seconds and the ratio
+``libcst.parse_module`` and of a full torchlint lint (compile for TL000,
+parse, one walk with every default rule, placing findings, and the project
+analysis: project facts and cross-file facts, paid by the first file that
+needs them), and prints files, lines, seconds and the ratio
 torchlint / parse-only. ``--jobs-check`` also times the CLI with
 ``--jobs 1`` and ``--jobs 2`` (wall clock) on the same tree;
+``--phases`` lints every file once more with timers around the engine's
+steps and prints where the time goes (compile, parse, engine analysis,
+rules, cross-file and project facts, placing findings);
 ``--prefilter-check`` lints with the text pre-filter on and off and reports
 whether the findings are identical. ``--cache-check`` copies the tree to a
 temporary directory and runs the CLI (``--jobs 1``) three times on the copy
@@ -18,6 +23,7 @@ again (the cache entries it wrote).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import resource
 import shutil
@@ -31,6 +37,7 @@ import libcst as cst
 from torchlint import linter
 from torchlint.discovery import DiscoveryOptions, discover
 from torchlint.linter import FileOptions, lint_text
+from torchlint.project import project_facts
 from torchlint.registry import all_rules
 from torchlint.source import DecodeError, read
 
@@ -50,7 +57,18 @@ def default_options() -> FileOptions:
     return FileOptions(rules=[r for r in all_rules().values() if r.default_enabled])
 
 
+def with_project(options: FileOptions, path: str) -> FileOptions:
+    """``options`` with the facts of the file's project, as the CLI passes
+    them: read from the manifests and a scan of the project's sources the
+    first time a project is met (cached per project root after that)."""
+    return dataclasses.replace(options, project=project_facts(path))
+
+
 def time_parse_vs_lint(texts, options):
+    """CPU seconds of libcst's parse and of torchlint's lint, file by file.
+    The lint's time includes the project analysis: the project facts (read
+    for the first file of each project) and the cross-file index and walks
+    the engine makes on demand."""
     parse_s = lint_s = 0.0
     findings = errors = 0
     for path, text in texts:
@@ -60,7 +78,7 @@ def time_parse_vs_lint(texts, options):
         except Exception:
             pass
         middle = time.process_time()
-        out = lint_text(text, path, options)
+        out = lint_text(text, path, with_project(options, path))
         end = time.process_time()
         parse_s += middle - start
         lint_s += end - middle
@@ -70,7 +88,7 @@ def time_parse_vs_lint(texts, options):
 
 
 def findings_of(texts, options):
-    return sorted((d.path, d.row, d.column, d.code) for path, text in texts for d in lint_text(text, path, options).diagnostics)
+    return sorted((d.path, d.row, d.column, d.code) for path, text in texts for d in lint_text(text, path, with_project(options, path)).diagnostics)
 
 
 def cli_wall(root: str, jobs: int) -> float:
@@ -112,12 +130,109 @@ def cache_check(root: str, texts) -> None:
     print(f"cache one edit   {after_edit:8.2f} CPU-s  files linted again: {relinted} ({os.path.relpath(edited, copy)})")
 
 
+CROSS_FILE = "cross-file facts (index, other files' walks)"
+
+
+class PhaseClock:
+    """Exclusive CPU time per phase of real lints: each timed function's
+    time, less that of the timed functions it calls. What the cross-file
+    pass calls (its parses and walks of other files) counts as cross-file."""
+
+    def __init__(self) -> None:
+        self.seconds: dict = {}
+        self._stack: list = []  # [phase, seconds spent in timed callees]
+
+    def wrap(self, phase: str, function):
+        def timed(*args, **kwargs):
+            own = CROSS_FILE if any(entry[0] == CROSS_FILE for entry in self._stack) else phase
+            start = time.process_time()
+            self._stack.append([own, 0.0])
+            try:
+                return function(*args, **kwargs)
+            finally:
+                spent = time.process_time() - start
+                inner = self._stack.pop()[1]
+                self.seconds[own] = self.seconds.get(own, 0.0) + spent - inner
+                if self._stack:
+                    self._stack[-1][1] += spent
+
+        return timed
+
+
+def forget_project_analysis() -> None:
+    """Empty the per-process caches of project and cross-file facts, so that
+    a second pass pays for them as a cold run does."""
+    from torchlint import crossfile, project
+
+    project.clear_caches()
+    for name, value in vars(crossfile).items():
+        if name.startswith("_") and name[1:2].isupper() and isinstance(value, dict):
+            value.clear()
+
+
+def phases(texts, options) -> None:
+    """Where a cold lint's time goes. Every file is linted once more with
+    timers around the engine's steps; the walk is then split into the
+    engine's own bookkeeping (a walk without rules, on the same trees,
+    timed apart) and the rules' visits."""
+    from torchlint import crossfile, walker
+    from torchlint.context import FileContext
+
+    clock = PhaseClock()
+    patches = [
+        (linter, "_python_tree", "compile (TL000)"),
+        (linter, "parse_module", "parse (libcst)"),
+        (linter, "_place", "place findings"),
+        (walker.Walker, "walk", "walk: engine + rule visits"),
+        (sys.modules[__name__], "with_project", "project facts"),
+    ]
+    patches += [(crossfile, name, CROSS_FILE) for name in ("index_for", "copies_in", "hot_from_elsewhere", "copied_elsewhere")]
+    patches += [(rule, "finish", "rules: finish()") for rule in options.rules if "finish" in vars(rule)]
+    patches.append((crossfile.cst, "parse_module", "parse (libcst)"))  # counted as cross-file: it is only called there
+    originals = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
+    forget_project_analysis()
+    for owner, name, phase in patches:
+        setattr(owner, name, clock.wrap(phase, getattr(owner, name)))
+    total = 0.0
+    try:
+        for path, text in texts:
+            start = time.process_time()
+            lint_text(text, path, with_project(options, path))
+            total += time.process_time() - start
+    finally:
+        for owner, name, original in originals:
+            setattr(owner, name, original)
+    engine = 0.0
+    for path, text in texts:
+        tree, errors = linter._python_tree(text, path)
+        if errors:
+            continue
+        try:
+            module = linter.parse_module(linter.text_for_libcst(linter.elide_large_literals(text, tree)))
+        except Exception:
+            continue
+        start = time.process_time()
+        try:
+            walker.Walker(FileContext(path, text, module), {}, {}, lambda method, exc: None).walk(module)
+        except RecursionError:
+            pass
+        engine += time.process_time() - start
+    walk = clock.seconds.pop("walk: engine + rule visits", 0.0)
+    clock.seconds["engine analysis (walk without rules)"] = min(engine, walk)
+    clock.seconds["rules: visits during the walk"] = max(walk - engine, 0.0)
+    clock.seconds["other (contexts, rule set-up, noqa, hand-off)"] = total - sum(clock.seconds.values())
+    print(f"phases of a cold lint, {total:.2f} CPU-s in all (timers on):")
+    for phase, seconds in sorted(clock.seconds.items(), key=lambda item: -item[1]):
+        print(f"  {phase:46s} {seconds:7.2f} CPU-s  {100 * seconds / total:5.1f}%")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("root")
     parser.add_argument("--jobs-check", action="store_true")
     parser.add_argument("--prefilter-check", action="store_true")
     parser.add_argument("--cache-check", action="store_true")
+    parser.add_argument("--phases", action="store_true")
     args = parser.parse_args()
 
     texts = load(args.root)
@@ -130,6 +245,8 @@ def main() -> None:
     print(f"torchlint        {lint_s:8.2f} CPU-s  ({lines / lint_s:,.0f} lines/s)")
     print(f"ratio            {lint_s / parse_s:8.3f}  torchlint / parse-only (analysis adds {100 * (lint_s / parse_s - 1):.0f}%)")
     print(f"findings         {findings}   internal errors {errors}")
+    if args.phases:
+        phases(texts, options)
     if args.prefilter_check:
         with_filter = findings_of(texts, options)
         original = linter._may_fire

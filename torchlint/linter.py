@@ -5,6 +5,8 @@ import ast
 import contextlib
 import gc
 import io
+import os
+import queue
 import re
 import sys
 import threading
@@ -15,11 +17,12 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Type, TypeVar
 
 import libcst as cst
+from libcst._nodes.base import CSTNode
 from libcst._nodes.internal import CodegenState
-from libcst.metadata import MetadataWrapper, PositionProvider
 
 from torchlint import noqa
 from torchlint.context import FileContext
+from torchlint.positions import positions_of
 from torchlint.project import CHECK_TESTS, ProjectFacts, TorchRange, for_file, is_test_module, with_target
 from torchlint.registry import SyntaxErrorRule
 from torchlint.source import split_lines
@@ -79,7 +82,7 @@ def syntax_error(path: str, message: str, row: int = 1, column: int = 1) -> Diag
 def lint_text(text: str, path: str, options: FileOptions) -> LintOutput:
     # CPython's compiler decides what is a syntax error (TL000), and it runs
     # first: libcst's native parser can crash the process on input CPython
-    # rejects (~1,300 nested parentheses), and compiling costs a seventh of
+    # rejects (~1,300 nested parentheses), and compiling costs a tenth of
     # a libcst parse.
     tree, errors = _python_tree(text, path)
     if errors:
@@ -89,20 +92,20 @@ def lint_text(text: str, path: str, options: FileOptions) -> LintOutput:
         return LintOutput([], [], False)
     try:
         with _collection_paused():
-            return with_deep_stack(_lint_module, elide_large_literals(text, tree), path, options, rules)
+            return with_deep_stack(_lint_module, elide_large_literals(text, tree), path, options, rules, tree)
     except RecursionError:
         return LintOutput([], [InternalError(path, "engine", "file too deeply nested to analyse")], True)
 
 
-def _lint_module(text: str, path: str, options: FileOptions, rules: Sequence[Type[Rule]]) -> LintOutput:
+def _lint_module(text: str, path: str, options: FileOptions, rules: Sequence[Type[Rule]], tree: Optional[ast.Module] = None) -> LintOutput:
     text = text_for_libcst(text)
     try:
-        module = cst.parse_module(text)
+        module = parse_module(text)
     except cst.ParserSyntaxError as exc:  # CPython compiled it; libcst's grammar lags behind
         return LintOutput([syntax_error(path, f"SyntaxError: {exc.message} (libcst cannot parse this)", exc.raw_line, exc.raw_column + 1)], [], False)
 
     project = with_target(options.project, options.target_torch)
-    ctx = FileContext(path, text, module, project=project, torch_range=for_file(project, text))
+    ctx = FileContext(path, text, module, project=project, torch_range=for_file(project, text, tree))
     in_tests = is_test_module(path)
     instances = []
     for rule in rules:
@@ -135,7 +138,50 @@ def _lint_module(text: str, path: str, options: FileOptions, rules: Sequence[Typ
     if diagnostics and not options.ignore_noqa:
         suppressions = noqa.parse(text)
         diagnostics = [d for d in diagnostics if not suppressions.suppresses(d.code, d.noqa_row or d.row)]
+    _release(ctx, instances)
     return LintOutput(diagnostics, list(failed.values()), True)
+
+
+def _release(ctx: FileContext, instances: Sequence[Rule]) -> None:
+    """Break the reference cycles of one file's analysis (the context, its
+    facts, their sites and the rules point at one another), so that reference
+    counting frees the tree as soon as the lint returns. Left to the cyclic
+    collector, every node of it was traversed first: 7% of a cold lint."""
+    facts = ctx.facts
+    for infos in facts.functions.values():
+        for info in infos:
+            vars(info).clear()
+    for loop in facts.loops.values():
+        vars(loop).clear()
+    for owner in (*instances, ctx.batches, facts, ctx):
+        vars(owner).clear()
+
+
+def parse_module(text: str) -> cst.Module:
+    """``libcst.parse_module`` without libcst validating each node it builds.
+    Every node's ``__post_init__`` runs checks meant for trees built by hand
+    (parentheses that match, whitespace where tokens need it); a tree the
+    parser built from source passes them by construction, and they cost a
+    sixth of the parse. (libcst's own note on ``CSTNode.__post_init__``
+    suggests moving them out of parsing.) Nodes built meanwhile by any other
+    thread are validated as usual."""
+    parsing_thread = threading.get_ident()
+    get_ident = threading.get_ident
+
+    def __post_init__(node: cst.CSTNode) -> None:
+        if get_ident() != parsing_thread:
+            node._validate()
+
+    with _PARSE_LOCK:
+        CSTNode.__post_init__ = __post_init__  # type: ignore[method-assign]
+        try:
+            return cst.parse_module(text)
+        finally:
+            CSTNode.__post_init__ = _VALIDATING_POST_INIT  # type: ignore[method-assign]
+
+
+_VALIDATING_POST_INIT = CSTNode.__post_init__
+_PARSE_LOCK = threading.Lock()
 
 
 @contextlib.contextmanager
@@ -164,30 +210,18 @@ _DEEP_STACK_BYTES = 512 * 1024 * 1024  # address space; only the pages used are 
 
 
 def with_deep_stack(function: Callable[..., _T], *args: Any) -> _T:
+    deep = _deep_thread()
+    if deep is None:  # a platform that cannot size stacks, or no address space for one
+        return function(*args)
+    if threading.current_thread() is deep.thread:
+        return function(*args)  # already on it
     outcome: List[Any] = []
-
-    def target() -> None:
-        try:
-            outcome.append((True, function(*args)))
-        except BaseException as exc:  # handed to the calling thread
-            outcome.append((False, exc))
-
-    with _DEEP_STACK_LOCK:
-        try:
-            previous_stack = threading.stack_size(_DEEP_STACK_BYTES)
-        except (ValueError, RuntimeError):  # a platform that cannot size stacks
-            return function(*args)
-        try:
-            thread = threading.Thread(target=target, name="torchlint-lint")
-            thread.start()
-        except RuntimeError:  # no address space for the stack (ulimit -v): the default one
-            return function(*args)
-        finally:
-            threading.stack_size(previous_stack)
+    done = threading.Event()
     previous_limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(previous_limit, _DEEP_RECURSION_LIMIT))
     try:
-        thread.join()
+        deep.calls.put((function, args, outcome, done))
+        done.wait()
     finally:
         sys.setrecursionlimit(previous_limit)
     ok, value = outcome[0]
@@ -196,7 +230,51 @@ def with_deep_stack(function: Callable[..., _T], *args: Any) -> _T:
     return value
 
 
+class _DeepThread:
+    """The one thread with room for deep trees, started once per process and
+    reused for every file (a thread per file cost 2% of a cold lint)."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()  # a forked worker starts its own
+        self.calls: "queue.SimpleQueue[tuple]" = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._serve, name="torchlint-lint", daemon=True)
+
+    def _serve(self) -> None:
+        while True:
+            function, args, outcome, done = self.calls.get()
+            try:
+                outcome.append((True, function(*args)))
+            except BaseException as exc:  # handed to the calling thread
+                outcome.append((False, exc))
+            del function, args  # the file's text and tree go now, not with the next call
+            done.set()
+
+
+_DEEP_THREAD: Optional[_DeepThread] = None
 _DEEP_STACK_LOCK = threading.Lock()
+
+
+def _deep_thread() -> Optional[_DeepThread]:
+    global _DEEP_THREAD
+    deep = _DEEP_THREAD
+    if deep is not None and deep.pid == os.getpid():
+        return deep
+    with _DEEP_STACK_LOCK:
+        if _DEEP_THREAD is not None and _DEEP_THREAD.pid == os.getpid():
+            return _DEEP_THREAD
+        try:
+            previous_stack = threading.stack_size(_DEEP_STACK_BYTES)
+        except (ValueError, RuntimeError):  # a platform that cannot size stacks
+            return None
+        try:
+            deep = _DeepThread()
+            deep.thread.start()
+        except RuntimeError:  # no address space for the stack (ulimit -v): the default one
+            return None
+        finally:
+            threading.stack_size(previous_stack)
+        _DEEP_THREAD = deep
+        return deep
 
 
 _BACKSLASH_ONLY_LINE = re.compile(r"^[ \t\f]*\\(?:\r\n|\r|\n)", re.MULTILINE)
@@ -281,10 +359,18 @@ def python_syntax_errors(text: str, path: str) -> List[Diagnostic]:
 
 
 def _python_tree(text: str, path: str) -> Tuple[Optional[ast.Module], List[Diagnostic]]:
-    """CPython's tree of ``text``, or the syntax errors that stop it."""
+    """The syntax errors that stop CPython's compiler on ``text``, and its
+    tree where the lint needs one: a file that may hold a literal worth
+    eliding, or one so long that it is compiled in pieces; None otherwise.
+    Such a file is compiled whole, without a tree: building the ``ast``
+    objects costs more than compiling (on the corpus, 1.5 CPU-s for the tree
+    and the pieces, 1.1 for compiling every file whole)."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # invalid escape sequences and the like
+            if len(text) < LARGE_LITERAL_CHARS or (text.count("\n") < _WHOLE_COMPILE_LINES and not may_hold_large_literal(text)):
+                compile(text, path, "exec", dont_inherit=True)
+                return None, []
             return _compile_in_pieces(text, path), []
     except SyntaxError as exc:  # IndentationError and TabError included
         return None, [syntax_error(path, f"{type(exc).__name__}: {exc.msg}", exc.lineno or 1, exc.offset or 1)]
@@ -302,6 +388,33 @@ def _python_tree(text: str, path: str) -> Tuple[Optional[ast.Module], List[Diagn
 # about 1 GB per MB of source. libcst sees ``NAME = ...`` in its place instead.
 LARGE_LITERAL_CHARS = 20_000
 _LITERAL_NODES = (ast.Constant, ast.List, ast.Tuple, ast.Set, ast.Dict, ast.UnaryOp, ast.USub, ast.UAdd, ast.Load)
+
+
+# Up to this many lines CPython compiles a file in time linear in it (20k
+# lines of small functions: 0.11 s whole, 0.28 s as a tree and pieces).
+_WHOLE_COMPILE_LINES = 20_000
+# A line that may start a top-level statement: not indented, and not the
+# start of a literal's element (a number, a string, a bracket, True/False/None).
+_STATEMENT_START = re.compile(r"(?:\A|(?<=[\r\n]))(?=[^\W\d]|@)(?!(?:True|False|None)\b|[bBrRuUfF]{1,2}['\"])")
+_NAME_ASSIGNED = re.compile(r"[^\W\d]\w*[ \t]*[:=]")
+
+
+def may_hold_large_literal(text: str) -> bool:
+    """Might ``elide_large_literals`` change ``text``? Only a top-level
+    ``NAME = <literal>`` of LARGE_LITERAL_CHARS or more is elided, and the
+    lines of a pure literal after its first never start like a statement, so
+    such a literal lies in a stretch that long between two statement-like
+    line starts, the first of them an assignment to a name. (An element that
+    starts a line with a name, which only a string spanning lines can have,
+    hides the literal: it then reaches libcst whole, which costs time, not
+    findings.)"""
+    if len(text) < LARGE_LITERAL_CHARS:
+        return False
+    starts = [match.start() for match in _STATEMENT_START.finditer(text)] + [len(text)]
+    for here, following in zip(starts, starts[1:]):
+        if following - here >= LARGE_LITERAL_CHARS and _NAME_ASSIGNED.match(text, here):
+            return True
+    return False
 
 
 def elide_large_literals(text: str, tree: Optional[ast.Module]) -> str:
@@ -341,7 +454,9 @@ def elide_large_literals(text: str, tree: Optional[ast.Module]) -> str:
 
 
 def _place(reports, module: cst.Module, text: str, path: str) -> List[Diagnostic]:
-    positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    nodes = [node for _, node, _, _ in reports]
+    nodes += [edit.node for _, _, _, fix in reports if fix is not None for edit in fix.edits if edit.node is not None]
+    positions = positions_of(module, nodes)
     lines = split_lines(text)
     diagnostics = []
     for rule, node, message, fix in reports:

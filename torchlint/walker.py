@@ -82,13 +82,27 @@ def build_dispatch(rules: Sequence[object]) -> Tuple[Dispatch, Dispatch]:
     visits: Dispatch = {}
     leaves: Dispatch = {}
     for rule in rules:
-        for attr in dir(type(rule)):
-            for prefix, table in (("visit_", visits), ("leave_", leaves)):
+        for is_visit, node_type, attr in _node_methods(type(rule)):
+            (visits if is_visit else leaves).setdefault(node_type, []).append(getattr(rule, attr))
+    return visits, leaves
+
+
+_NODE_METHODS: Dict[type, List[Tuple[bool, type, str]]] = {}
+
+
+def _node_methods(rule_type: type) -> List[Tuple[bool, type, str]]:
+    """(is a ``visit_``, node type, attribute) for each node method of a rule
+    class: read once per class, not per file (``dir()`` is slow)."""
+    methods = _NODE_METHODS.get(rule_type)
+    if methods is None:
+        methods = _NODE_METHODS[rule_type] = []
+        for attr in dir(rule_type):
+            for prefix in ("visit_", "leave_"):
                 if attr.startswith(prefix):
                     node_type = getattr(cst, attr[len(prefix):], None)
                     if isinstance(node_type, type) and issubclass(node_type, cst.CSTNode):
-                        table.setdefault(node_type, []).append(getattr(rule, attr))
-    return visits, leaves
+                        methods.append((prefix == "visit_", node_type, attr))
+    return methods
 
 
 class Walker:
@@ -100,6 +114,23 @@ class Walker:
         self.visits = visits
         self.leaves = leaves
         self.on_error = on_error
+        # Node types the walk steps over without entering: leaves (a name, a
+        # number, a string; a third of a tree) that no engine hook and no
+        # rule method of this walk looks at. Nothing could see them on the stack.
+        self._inert: Dict[type, bool] = {}
+        self._plans: Dict[type, tuple] = {}
+
+    def _is_inert(self, node_type: type) -> bool:
+        inert = self._inert[node_type] = (
+            node_type in _LEAF_TYPES
+            and node_type not in self.visits
+            and node_type not in self.leaves
+            and node_type not in _ENGINE_HOOKS
+            and node_type not in _ENGINE_LEAVE_HOOKS
+        )
+        if not inert:
+            _is_node_type(node_type)  # _children reads that answer from _IS_NODE
+        return inert
 
     def _dispatch(self, table: Dispatch, node_type: type, node: cst.CSTNode) -> None:
         methods = table.get(node_type)
@@ -123,37 +154,59 @@ class Walker:
     def _visit(self, node: cst.CSTNode) -> None:
         ctx = self.ctx
         node_type = type(node)
+        plan = self._plans.get(node_type)
+        if plan is None:
+            plan = self._plan(node_type)
+        hook, has_visits, special, fields, has_leaves, leave_hook = plan
         ctx.stack.append(node)
-        hook = _ENGINE_HOOKS.get(node_type)
         if hook is not None:
             hook(ctx, node)
-        if node_type in self.visits:
+        if has_visits:
             self._dispatch(self.visits, node_type, node)
-        special = _SPECIAL.get(node_type)
         if special is not None:
             special(self, node)
         else:
-            self._children(node, _child_fields(node_type))
-        if node_type in self.leaves:
+            self._children(node, fields)
+        if has_leaves:
             self._dispatch(self.leaves, node_type, node)
-        leave_hook = _ENGINE_LEAVE_HOOKS.get(node_type)
         if leave_hook is not None:
             leave_hook(ctx, node)
         ctx.stack.pop()
 
+    def _plan(self, node_type: type) -> tuple:
+        """What visiting a node of this type involves, looked up once per walk
+        and type rather than in five tables per node."""
+        plan = self._plans[node_type] = (
+            _ENGINE_HOOKS.get(node_type),
+            node_type in self.visits,
+            _SPECIAL.get(node_type),
+            _child_fields(node_type),
+            node_type in self.leaves,
+            _ENGINE_LEAVE_HOOKS.get(node_type),
+        )
+        return plan
+
     def _children(self, node: cst.CSTNode, fields: Sequence[str]) -> None:
         visit = self._visit
         is_node = _IS_NODE
+        inert = self._inert
         for name in fields:
             value = getattr(node, name)
             value_type = type(value)
             if value_type is tuple or value_type is list:
                 for item in value:
                     item_type = type(item)
-                    if is_node.get(item_type) or (item_type not in is_node and _is_node_type(item_type)):
+                    skip = inert.get(item_type)
+                    if skip is None:
+                        skip = self._is_inert(item_type)
+                    if not skip and is_node.get(item_type):
                         visit(item)
-            elif is_node.get(value_type) or (value_type not in is_node and _is_node_type(value_type)):
-                visit(value)
+            else:
+                skip = inert.get(value_type)
+                if skip is None:
+                    skip = self._is_inert(value_type)
+                if not skip and is_node.get(value_type):
+                    visit(value)
 
     # -- nodes that open a scope the engine tracks ------------------------------
     def _function(self, node: cst.FunctionDef) -> None:
@@ -190,6 +243,9 @@ class Walker:
         if node.orelse is not None:  # type: ignore[attr-defined]
             self._visit(node.orelse)  # type: ignore[attr-defined]
 
+
+# Nodes without code-bearing children.
+_LEAF_TYPES = frozenset({cst.Name, cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.Ellipsis, cst.Pass, cst.Break, cst.Continue})
 
 _SPECIAL: Dict[type, Callable[[Walker, cst.CSTNode], None]] = {
     cst.FunctionDef: Walker._function,
