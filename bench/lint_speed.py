@@ -1,6 +1,6 @@
 """How fast torchlint lints a code base, against libcst's own parse of it.
 
-    python bench/lint_speed.py DIR [--phases] [--jobs-check] [--prefilter-check] [--cache-check]
+    python bench/lint_speed.py DIR [--phases] [--jobs-check] [--prefilter-check] [--cache-check [--edit RELPATH]]
 
 One run measures, file by file and back to back, the CPU time of a pure
 ``libcst.parse_module`` and of a full torchlint lint (compile for TL000,
@@ -18,19 +18,22 @@ temporary directory and runs the CLI (``--jobs 1``) three times on the copy
 with a fresh result cache: cold, warm (nothing changed) and after appending
 a comment to one file; it prints the CPU time of each (the child's user +
 system time), the cold / warm ratio, and how many files the third run linted
-again (the cache entries it wrote).
+again (the cache entries it wrote or rewrote).
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import os
+import pickle
 import resource
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
+from typing import Optional
 
 import libcst as cst
 
@@ -107,11 +110,27 @@ def cli_cpu(root: str, env: dict) -> float:
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def cache_entries(directory: str) -> int:
-    return sum(len(files) for path, _, files in os.walk(directory) if path != directory)
+def cache_entries_written_since(directory: str, since: float) -> int:
+    """Entries written (new, or rewritten for a result whose cross-file facts changed) after ``since``."""
+    return sum(1 for path, _, files in os.walk(directory) if path != directory
+               for name in files if os.path.getmtime(os.path.join(path, name)) > since)
 
 
-def cache_check(root: str, texts) -> None:
+def cross_file_entries(directory: str) -> Counter:
+    """Per project root, how many cached results consulted other files of it."""
+    roots: Counter = Counter()
+    for path, _, files in os.walk(directory):
+        for name in files:
+            try:
+                with open(os.path.join(path, name), "rb") as handle:
+                    _, depended = pickle.load(handle)
+            except Exception:
+                continue
+            roots.update(depended.keys())
+    return roots
+
+
+def cache_check(root: str, texts, edit: Optional[str] = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         copy = os.path.join(tmp, "tree")
         shutil.copytree(root, copy, ignore=shutil.ignore_patterns(".git", ".torchlint_cache", "__pycache__"))
@@ -119,15 +138,21 @@ def cache_check(root: str, texts) -> None:
         env = {**os.environ, "TORCHLINT_CACHE_DIR": cache}
         cold = cli_cpu(copy, env)
         warm = cli_cpu(copy, env)
-        edited = os.path.join(copy, os.path.relpath(texts[len(texts) // 2][0], root))
+        depending = cross_file_entries(cache)
+        edited = os.path.join(copy, edit or os.path.relpath(texts[len(texts) // 2][0], root))
         with open(edited, "a", encoding="utf-8") as handle:
             handle.write("\n# edited by lint_speed.py\n")
-        entries = cache_entries(cache)
+        since = time.time()
+        time.sleep(0.05)  # the file system's clock ticks coarser than time.time()
         after_edit = cli_cpu(copy, env)
-        relinted = cache_entries(cache) - entries
+        relinted = cache_entries_written_since(cache, since)
     print(f"cache cold       {cold:8.2f} CPU-s  (cli --jobs 1, empty cache)")
     print(f"cache warm       {warm:8.2f} CPU-s  cold / warm {cold / warm:.1f}x")
     print(f"cache one edit   {after_edit:8.2f} CPU-s  files linted again: {relinted} ({os.path.relpath(edited, copy)})")
+    total = sum(depending.values())
+    where = ", ".join(f"{os.path.relpath(r, copy) or '.'}: {n}" for r, n in depending.most_common(5))
+    print(f"cross-file       {total} cached results consulted other files of their project ({where}); "
+          "an edit in such a project relints them too")
 
 
 CROSS_FILE = "cross-file facts (index, other files' walks)"
@@ -232,6 +257,8 @@ def main() -> None:
     parser.add_argument("--jobs-check", action="store_true")
     parser.add_argument("--prefilter-check", action="store_true")
     parser.add_argument("--cache-check", action="store_true")
+    parser.add_argument("--edit", default=None, metavar="RELPATH",
+                        help="with --cache-check: the file to edit (relative to DIR; default: the middle file)")
     parser.add_argument("--phases", action="store_true")
     args = parser.parse_args()
 
@@ -262,7 +289,7 @@ def main() -> None:
         print(f"cli --jobs 1     {one:8.2f} s wall")
         print(f"cli --jobs 2     {two:8.2f} s wall   speedup {one / two:.2f}x")
     if args.cache_check:
-        cache_check(args.root, texts)
+        cache_check(args.root, texts, args.edit)
 
 
 if __name__ == "__main__":

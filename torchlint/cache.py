@@ -9,6 +9,13 @@ serves stale results). A project fact that changes (a manifest, a module
 that becomes CUDA-only, an API floor) changes the key of every file it
 applies to, so exactly the files that depend on it are linted again.
 
+Cross-file facts (a loader built in ``main.py`` and iterated in
+``engine.py``) are read from other files during a file's lint. The lint
+records which projects it consulted (``crossfile.record_consulted``), and the
+entry keeps each one's digest (its files' paths, sizes and modification
+times): when any file of such a project changes, the results that consulted
+it are linted again; results that consulted no other file are not.
+
 The cache lives in ``.torchlint_cache/`` under the current directory, or in
 ``--cache-dir`` / ``TORCHLINT_CACHE_DIR``, with one subdirectory per
 torchlint version, a ``CACHEDIR.TAG`` and a ``.gitignore`` (ruff's layout);
@@ -38,7 +45,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 CACHE_DIR_ENV = "TORCHLINT_CACHE_DIR"
 DEFAULT_DIR = ".torchlint_cache"
-_FORMAT = 1  # bump when FileResult's pickled shape changes
+_FORMAT = 2  # bump when FileResult's pickled shape changes
 
 
 def default_directory() -> str:
@@ -82,6 +89,7 @@ class ResultCache:
         self._options: dict = {}
         self.hits = 0
         self.stored = 0
+        self._digests: dict = {}  # project root -> its cross-file digest, once per run
 
     def key(self, path: str, data: bytes, options: "FileOptions") -> str:
         known = self._options.get(id(options))
@@ -103,8 +111,11 @@ class ResultCache:
     def get(self, key: str) -> Optional["FileResult"]:
         try:
             with open(self._entry(key), "rb") as handle:
-                result = pickle.load(handle)
+                result, depended = pickle.load(handle)
         except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError, TypeError, ValueError):
+            return None
+        # A result that used facts of other files holds only while those files are as they were.
+        if any(self._digest(root) != known for root, known in depended.items()):
             return None
         self.hits += 1
         return result
@@ -112,13 +123,22 @@ class ResultCache:
     def put(self, key: str, result: "FileResult") -> None:
         """Store atomically; a cache that cannot be written is silently skipped."""
         entry = self._entry(key)
+        depended = {root: self._digest(root) for root in result.depends_on}
         try:
             self._prepare()
             os.makedirs(os.path.dirname(entry), exist_ok=True)
-            write_atomic(entry, pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL), durable=False)
+            write_atomic(entry, pickle.dumps((result, depended), protocol=pickle.HIGHEST_PROTOCOL), durable=False)
         except OSError:
             return
         self.stored += 1
+
+    def _digest(self, root: str) -> str:
+        known = self._digests.get(root)
+        if known is None:
+            from torchlint import crossfile
+
+            known = self._digests[root] = crossfile.digest(root)
+        return known
 
     def _prepare(self) -> None:
         """The first write creates the directory, marked as a cache (CACHEDIR.TAG)

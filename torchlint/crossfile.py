@@ -22,6 +22,7 @@ and the flake8 plugin all index the same tree, so they report the same.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from dataclasses import dataclass
@@ -63,7 +64,18 @@ _INDEXES: Dict[str, ProjectIndex] = {}
 def project_root(path: str) -> str:
     """The nearest folder up from ``path`` with a root marker; without one,
     the folder that holds the file's top-level package (``data/build.py`` in
-    a package ``data/`` belongs with ``main.py`` beside ``data/``)."""
+    a package ``data/`` belongs with ``main.py`` beside ``data/``).
+
+    Every question this module answers starts here, so while a file's lint is
+    being recorded (``record_consulted``) the roots asked for are the projects
+    its findings may depend on: the result cache checks them (``digest``)."""
+    root = _find_root(path)
+    if _consulted is not None:
+        _consulted.add(root)
+    return root
+
+
+def _find_root(path: str) -> str:
     folder = os.path.dirname(os.path.abspath(path))
     start = folder
     for _ in range(12):
@@ -78,6 +90,35 @@ def project_root(path: str) -> str:
             break
         start = os.path.dirname(start)
     return start
+
+
+_consulted: Optional[Set[str]] = None
+
+
+def record_consulted() -> None:
+    """Start recording the project roots the next lint consults."""
+    global _consulted
+    _consulted = set()
+
+
+def consulted() -> List[str]:
+    """The project roots consulted since ``record_consulted``; stops recording."""
+    global _consulted
+    roots, _consulted = sorted(_consulted or ()), None
+    return roots
+
+
+def digest(root: str) -> str:
+    """What the project's cross-file facts are computed from: every file this
+    module would read there, by path, size and modification time."""
+    hasher = hashlib.sha256()
+    for path in project_files(root):
+        try:
+            stat = os.stat(path)
+        except OSError:
+            continue
+        hasher.update(f"{os.path.relpath(path, root)}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode("utf-8", "surrogatepass"))
+    return hasher.hexdigest()
 
 
 def index_for(path: str) -> ProjectIndex:
@@ -541,3 +582,9 @@ def _own_returns(body: cst.CSTNode):
             yield current
         elif not isinstance(current, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
             stack.extend(reversed(child_nodes(current)))
+
+
+def clear_caches() -> None:
+    """Forget every project read so far (a long-lived process whose files changed; tests)."""
+    for cache in (_INDEXES, _COPIES, _PARAMS, _TEXTS, _WALKED, _HOT, _LOADING, _CONFIG_DEFAULTS, _RETURNED):
+        cache.clear()

@@ -568,6 +568,9 @@ def clear_caches() -> None:
     project files changed; tests)."""
     find_root.cache_clear()
     _facts_for_root.cache_clear()
+    from torchlint import crossfile  # (imported here: crossfile needs libcst, project facts do not)
+
+    crossfile.clear_caches()
 
 
 def project_facts(path: str, read_config: bool = True) -> ProjectFacts:

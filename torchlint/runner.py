@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Sequ
 
 import libcst as cst
 
+from torchlint import crossfile
 from torchlint import source as sources
 from torchlint.fixer import fix_text, is_applicable
 from torchlint.linter import FileOptions, InternalError, LintOutput, lint_text, syntax_error, why_unparsable
@@ -42,6 +43,9 @@ class FileResult:
     fix_error: Optional[str] = None
     noqa_added: int = 0
     text: str = ""  # the (final) source, kept when there are findings to show
+    # The project roots whose other files the lint consulted (cross-file
+    # facts): a cached result holds only while they are unchanged.
+    depends_on: List[str] = field(default_factory=list)
 
 
 def run_text(text: str, job: Job) -> Tuple[FileResult, str]:
@@ -61,7 +65,11 @@ def run_text(text: str, job: Job) -> Tuple[FileResult, str]:
             )
             new_text = text
     else:
-        output = lint_text(text, job.path, job.options)
+        crossfile.record_consulted()
+        try:
+            output = lint_text(text, job.path, job.options)
+        finally:
+            result.depends_on = crossfile.consulted()
         if job.mode == ADD_NOQA and output.diagnostics:
             new_text, result.noqa_added, result.fix_error = add_noqa(text, output.diagnostics, job.noqa_reason)
             if result.fix_error is None:

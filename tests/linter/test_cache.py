@@ -74,6 +74,32 @@ def test_a_project_fact_relints_the_files_that_depend_on_it(tree, capsys, linted
     assert ("b.py", "TL402", 2) in found
 
 
+def test_editing_a_file_whose_facts_another_file_used_relints_that_file(tmp_path, monkeypatch, capsys, linted):
+    # main.py builds a pinned loader and passes it to engine.py, whose blocking copy is TL201
+    # only because the loader is pinned: engine.py's result depends on main.py.
+    root = tmp_path / "proj"
+    (root / ".git").mkdir(parents=True)
+    package = pathlib.Path(__file__).parent.parent / "fixtures" / "packages" / "TL201_loader_across_files"
+    for name in ("main.py", "engine.py"):
+        (root / name).write_text((package / name).read_text())
+    (root / "c.py").write_text("x = 1\n")
+    monkeypatch.setenv("TORCHLINT_CACHE_DIR", str(tmp_path / "cache"))
+
+    def run():
+        project.clear_caches()
+        capsys.readouterr()
+        main(["check", "--isolated", "--jobs", "1", "--select", "TL201", "--output-format", "json", str(root)])
+        return sorted((os.path.basename(d["filename"]), d["code"]) for d in json.loads(capsys.readouterr().out))
+
+    assert run() == [("engine.py", "TL201")]
+    assert run() == [("engine.py", "TL201")] and linted[-1] == []
+    main_py = root / "main.py"
+    main_py.write_text(main_py.read_text().replace("pin_memory=True", "pin_memory=False"))
+    assert run() == []  # served from the cache, engine.py would still say TL201
+    assert "engine.py" in linted[-1] and "main.py" in linted[-1]
+    assert "c.py" not in linted[-1]  # it consulted no other file
+
+
 def test_settings_are_part_of_the_key(tree, capsys, linted):
     lint(tree, capsys)
     code, found = lint(tree, capsys, "--select", "TL402", "--target-torch", "2.4")
