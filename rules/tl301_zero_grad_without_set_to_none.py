@@ -1,22 +1,15 @@
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
 import libcst as cst
 
-from torchlint.facts import OPTIMIZER_NAME, keyword
+from torchlint.facts import keyword, names_an_optimizer
 from torchlint.names import dotted_name, last_name
 from torchlint.rule import SAFE, UNSAFE, Invalid, Rule, Valid
+from torchlint.tensors import is_module_base, names_a_module
 
-# Receivers that name a torch module (or a wrapper of one) in real code.
-_MODULE_NAME = re.compile(
-    r"(?i)(model|module|(^|_)net$|network|encoder|decoder|classifier|backbone|generator|discriminator|"
-    r"critic|student|teacher|unet|vae|transformer)s?$"
-)
-# Base classes whose instances have torch's zero_grad.
-_TORCH_BASE = re.compile(r"(Module|Optimizer|LightningModule|PreTrainedModel|ModelMixin|Sequential|ModuleList|ModuleDict)$")
 _BACKWARD_QUALIFIED = frozenset({"torch.autograd.backward"})
 _GRAD_FUNCTIONS = frozenset({"torch.autograd.grad"})
 
@@ -341,7 +334,8 @@ class ZeroGradWithoutSetToNone(Rule):
             isinstance(stmt, cst.FunctionDef) and stmt.name.value == "zero_grad"
             for stmt in (node.body.body if isinstance(node.body, cst.IndentedBlock) else ())
         )
-        self.classes[node.name.value] = _ClassInfo(any(_TORCH_BASE.search(b) for b in bases), defines)
+        # Modules and optimizers have torch's zero_grad.
+        self.classes[node.name.value] = _ClassInfo(any(is_module_base(b) or b.endswith("Optimizer") for b in bases), defines)
         self.class_stack.append(node.name.value)
 
     def leave_ClassDef(self, node: cst.ClassDef) -> None:
@@ -500,7 +494,7 @@ class ZeroGradWithoutSetToNone(Rule):
                 return self.classes[last].torch_like
         if custom_zero_grad:
             return False  # a home-made zero_grad exists here: names alone are not evidence
-        return any(OPTIMIZER_NAME.search(name) or _MODULE_NAME.search(name) for name in candidate.receiver_names)
+        return any(names_an_optimizer(name) or names_a_module(name) for name in candidate.receiver_names)
 
     def _grad_read_before_backward(self, candidate: _Candidate) -> bool:
         events = [e for e in self.events if e.scope is candidate.scope]

@@ -5,7 +5,7 @@ from typing import List, Optional, Set, Tuple
 import libcst as cst
 
 from torchlint.amp import scaler_call
-from torchlint.facts import OPTIMIZER_NAME, FunctionInfo, LoopInfo
+from torchlint.facts import FunctionInfo, LoopInfo, optimizer_receiver
 from torchlint.names import dotted_name, last_name
 from torchlint.rule import Invalid, Rule, Valid
 
@@ -296,8 +296,7 @@ class MissingZeroGrad(Rule):
                     self.steps.append((self.ctx.loop, node, self.ctx.code_for(node), dotted_name(found.argument) or ""))
                 return
             receiver = func.value
-            receiver_name = last_name(receiver.value if isinstance(receiver, cst.Subscript) else receiver)
-            if receiver_name and OPTIMIZER_NAME.search(receiver_name) and "sched" not in receiver_name.lower():
+            if optimizer_receiver(receiver):
                 self.steps.append((self.ctx.loop, node, self.ctx.code_for(node), dotted_name(receiver) or ""))
 
     def finish(self) -> None:

@@ -8,12 +8,8 @@ import libcst as cst
 from torchlint.names import dotted_name
 from torchlint.project import CHECK_TESTS, check_tests_option
 from torchlint.rule import SAFE, Invalid, Rule, Valid
+from torchlint.tensors import is_module_base, names_a_module
 
-# Receivers whose name says "this is a network".
-_MODULE_NAME = re.compile(
-    r"(?i)(model|net$|^net|network|module|encoder|decoder|backbone|layer|block|head$|classifier|"
-    r"transformer|unet|vae|generator|discriminator|critic|policy|embedder|mlp|lstm|rnn|gru|conv|stem|neck)"
-)
 # Attributes that hold the module a wrapper wraps: a wrapper's forward calling
 # their ``forward`` bypasses the inner hooks on purpose (DDP, FSDP, checkpoint
 # and compile wrappers, EMA shadows).
@@ -302,7 +298,7 @@ class ForwardCalledDirectly(Rule):
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         for base in node.bases:
             qualified = self.ctx.qualified_name(base.value) or dotted_name(base.value) or ""
-            if qualified.startswith("torch.nn") or qualified.endswith("Module") or qualified in self.module_classes:
+            if is_module_base(qualified) or qualified in self.module_classes:
                 self.module_classes.add(node.name.value)
                 return
         self.other_classes.add(node.name.value)
@@ -367,4 +363,4 @@ class ForwardCalledDirectly(Rule):
                 return True
             if short in self.other_classes:
                 return False
-        return bool(last and _MODULE_NAME.search(last))
+        return names_a_module(last)

@@ -5,7 +5,7 @@ from typing import List, Optional, Set, Tuple
 import libcst as cst
 
 from torchlint.analysis import Site
-from torchlint.facts import OPTIMIZER_NAME, LoopInfo
+from torchlint.facts import LoopInfo, optimizer_receiver
 from torchlint.names import dotted_name, last_name
 from torchlint.rule import Invalid, Rule, Valid
 
@@ -291,7 +291,7 @@ class DdpAccumulationWithoutNoSync(Rule):
         attr = node.func.attr.value
         if attr == "backward":
             self.backwards.append((ctx.site(), node))
-        elif attr == "step" and not node.args and _is_optimizer(node.func.value):
+        elif attr == "step" and not node.args and optimizer_receiver(node.func.value):
             self.steps.append(ctx.site())
         elif attr == "step" and last_name(node.func.value) and "scaler" in (last_name(node.func.value) or "").lower():
             self.steps.append(ctx.site())
@@ -341,10 +341,3 @@ class DdpAccumulationWithoutNoSync(Rule):
         if len(set(self.wrapped)) == 1:
             return self.wrapped[0]
         return "model"
-
-
-def _is_optimizer(receiver: cst.BaseExpression) -> bool:
-    name = last_name(receiver)
-    if isinstance(receiver, cst.Subscript):
-        name = last_name(receiver.value)
-    return bool(name and OPTIMIZER_NAME.search(name) and "sched" not in name.lower())

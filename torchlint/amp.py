@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Optional
 
 import libcst as cst
 
-from torchlint.facts import keyword
+from torchlint.facts import keyword_value, literal_bool, positional
 from torchlint.names import dotted_name, last_name
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -94,38 +94,22 @@ def is_autocast_call(ctx: "FileContext", node: cst.CSTNode) -> bool:
     return isinstance(node, cst.Call) and _qualified(ctx, node.func) in AUTOCAST_CLASSES
 
 
-def _keyword(call: cst.Call, name: str) -> Optional[cst.BaseExpression]:
-    found = keyword(call, name)
-    return found.value if found is not None else None
-
-
-def _positional(call: cst.Call, index: int) -> Optional[cst.BaseExpression]:
-    positional = [a for a in call.args if a.keyword is None and not a.star]
-    return positional[index].value if index < len(positional) else None
-
-
-def _literal_bool(node: Optional[cst.BaseExpression]) -> Optional[bool]:
-    if isinstance(node, cst.Name) and node.value in ("True", "False"):
-        return node.value == "True"
-    return None
-
-
 def enabled(ctx: "FileContext", call: cst.Call) -> Optional[bool]:
     """The literal ``enabled=`` of a GradScaler or autocast call: True when
     absent (the default), False for ``enabled=False``, None when computed."""
-    value = _keyword(call, "enabled")
+    value = keyword_value(call, "enabled")
     if value is None:
         qname = _qualified(ctx, call.func)
         if qname in GRAD_SCALER_CLASSES:
             # GradScaler(device, init_scale, growth_factor, backoff_factor, growth_interval, enabled)
-            value = _positional(call, 5 if not qname.startswith(("torch.cuda.", "torch.cpu.")) else 4)
+            value = positional(call, 5 if not qname.startswith(("torch.cuda.", "torch.cpu.")) else 4)
         elif qname in _DEVICE_SPECIFIC_AUTOCAST:
-            value = _positional(call, 0)  # autocast(enabled, dtype, cache_enabled)
+            value = positional(call, 0)  # autocast(enabled, dtype, cache_enabled)
         else:
-            value = _positional(call, 2)  # autocast(device_type, dtype, enabled, cache_enabled)
+            value = positional(call, 2)  # autocast(device_type, dtype, enabled, cache_enabled)
         if value is None:
             return None if any(a.star for a in call.args) else True
-    return _literal_bool(value)
+    return literal_bool(value)
 
 
 def autocast_device(ctx: "FileContext", call: cst.Call) -> Optional[str]:
@@ -135,7 +119,7 @@ def autocast_device(ctx: "FileContext", call: cst.Call) -> Optional[str]:
         return "cuda"
     if qname.startswith("torch.cpu."):
         return "cpu"
-    value = _keyword(call, "device_type") or _positional(call, 0)
+    value = keyword_value(call, "device_type") or positional(call, 0)
     if isinstance(value, cst.SimpleString):
         return str(value.evaluated_value).split(":")[0]
     return None
@@ -146,9 +130,9 @@ def autocast_dtype(ctx: "FileContext", call: cst.Call) -> Optional[str]:
     ("bfloat16", "float16", "half"…), when it is written as a literal (or a
     local name bound to one); None when it cannot be seen. Without ``dtype=``
     CUDA autocast defaults to float16 and CPU autocast to bfloat16."""
-    value = _keyword(call, "dtype")
+    value = keyword_value(call, "dtype")
     if value is None:
-        value = _positional(call, 1)
+        value = positional(call, 1)
     if value is None:
         if any(a.star for a in call.args):
             return None
@@ -215,10 +199,9 @@ def tensor_backward(ctx: "FileContext", call: cst.Call) -> bool:
     func = call.func
     if not (isinstance(func, cst.Attribute) and func.attr.value == "backward"):
         return False
-    positional = [a for a in call.args if a.keyword is None]
     receiver = func.value
     name = last_name(receiver) if isinstance(receiver, (cst.Name, cst.Attribute)) else None
-    if name is not None and _FRAMEWORK_BACKWARD.search(name) and positional:
+    if name is not None and _FRAMEWORK_BACKWARD.search(name) and any(a.keyword is None for a in call.args):
         return False  # accelerator.backward(loss), self.backward(loss)
     if name is not None and _FRAMEWORK_BACKWARD.search(name) and dotted_name(receiver) == name and name != "loss":
         return False

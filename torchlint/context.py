@@ -14,7 +14,6 @@ import libcst as cst
 from torchlint.analysis import Site, is_no_grad_item, mentions_cuda_availability
 from torchlint.batches import BatchFlow, target_names
 from torchlint.facts import (
-    OPTIMIZER_NAME,
     CallRecord,
     FunctionInfo,
     LoaderInfo,
@@ -23,6 +22,7 @@ from torchlint.facts import (
     is_dataloader_call,
     keyword,
     literal_bool,
+    optimizer_receiver,
 )
 from torchlint.names import ImportTable, dotted_name, last_name
 from torchlint.project import ProjectFacts, TorchRange
@@ -653,10 +653,10 @@ def _parameter_names(params: cst.Parameters) -> List[str]:
 
 def steps_optimizer(receiver: cst.BaseExpression) -> bool:
     """Is ``receiver`` an optimizer or a grad scaler (``opt.step()`` trains; a scheduler's does not)?"""
-    name = last_name(receiver)
-    if isinstance(receiver, cst.Subscript):
-        name = last_name(receiver.value)
-    return bool(name and (OPTIMIZER_NAME.search(name) or "scaler" in name.lower()) and "sched" not in name.lower())
+    if optimizer_receiver(receiver):
+        return True
+    name = last_name(receiver.value if isinstance(receiver, cst.Subscript) else receiver)
+    return bool(name and "scaler" in name.lower() and "sched" not in name.lower())
 
 
 def _body_exits(ctx: FileContext, body: cst.BaseSuite) -> bool:

@@ -35,6 +35,18 @@ BATCH_PULL_METHODS = frozenset({"next_batch", "get_batch", "get_next_batch", "__
 OPTIMIZER_NAME = re.compile(r"(?i)(optim|opt$|^opt|optimizer)")
 
 
+def optimizer_receiver(receiver: cst.BaseExpression) -> bool:
+    """Is ``receiver`` (``optimizer``, ``self.opt``, ``optimizers[i]``) an
+    optimizer by its name? The one test every rule uses: a learning-rate
+    scheduler's name often mentions its optimizer, and its ``step()`` trains nothing."""
+    name = last_name(receiver.value if isinstance(receiver, cst.Subscript) else receiver)
+    return names_an_optimizer(name)
+
+
+def names_an_optimizer(name: Optional[str]) -> bool:
+    return bool(name and OPTIMIZER_NAME.search(name) and "sched" not in name.lower())
+
+
 @dataclass(eq=False)
 class FunctionInfo:
     node: cst.FunctionDef
@@ -522,6 +534,22 @@ def keyword(call: cst.Call, name: str) -> Optional[cst.Arg]:
         if arg.keyword is not None and arg.keyword.value == name:
             return arg
     return None
+
+
+def keyword_value(call: cst.Call, name: str) -> Optional[cst.BaseExpression]:
+    found = keyword(call, name)
+    return found.value if found is not None else None
+
+
+def positional(call: cst.Call, index: int) -> Optional[cst.BaseExpression]:
+    """The ``index``-th positional argument (``*args`` ends what can be known)."""
+    plain = []
+    for arg in call.args:
+        if arg.star:
+            break
+        if arg.keyword is None:
+            plain.append(arg)
+    return plain[index].value if index < len(plain) else None
 
 
 def literal_bool(node: Optional[cst.CSTNode]) -> Optional[bool]:

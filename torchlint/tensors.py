@@ -34,11 +34,9 @@ _TORCH_NON_TENSOR = re.compile(
     r"^torch\.(cuda|backends|distributed|utils|version|jit|onnx|hub|nn\.Module|get_|is_|set_|manual_seed|"
     r"compile|device|dtype|Size|no_grad|inference_mode|enable_grad|autocast|amp|optim|save|load|numel)"
 )
-# Callees whose result is a model output or a loss: a tensor on the model's device.
-_MODEL_CALLEE = re.compile(
-    r"(?i)^(model|net|network|module|criterion|loss_fn|loss_func|lossfn|compute_loss|forward|encoder|decoder|"
-    r"classifier|head|ddp_model|student|teacher|generator|discriminator)$|(model|net|criterion|_loss|loss_fn)$"
-)
+# Callees whose result is a loss: a tensor on the model's device (a model's
+# output is one too: ``names_a_module``).
+_LOSS_CALLEE = re.compile(r"(?i)^(criterion|loss_fn|loss_func|lossfn|compute_loss|forward)$|(criterion|_loss|loss_fn)$")
 _NUMPY = ("numpy.", "np.")
 # Predicates and getters named after a model return bools or modules, not tensors.
 _PREDICATE_CALLEE = re.compile(r"^_*(is|has|should|can|use|get|load|build|create|make|init)_")
@@ -109,7 +107,7 @@ def _call_evidence(ctx: "FileContext", call: cst.Call, seen) -> Optional[bool]:
             return False
         if _PREDICATE_CALLEE.match(func.value):
             return False  # `_is_peft_model(m)`, `has_model(...)`: a bool, not a model output
-        if _MODEL_CALLEE.search(func.value):
+        if names_a_module(func.value) or _LOSS_CALLEE.search(func.value):
             return True
         return None
     if isinstance(func, cst.Attribute):
@@ -119,11 +117,15 @@ def _call_evidence(ctx: "FileContext", call: cst.Call, seen) -> Optional[bool]:
         if method in _TENSOR_METHODS:
             receiver = tensor_evidence(ctx, func.value, seen)
             return True if receiver is True else (False if receiver is False else None)
-        if method == "forward" or (method not in ("get", "pop", "items") and _MODEL_CALLEE.search(method) and dotted_name(func.value) == "self"):
+        if method == "forward" or (method not in ("get", "pop", "items") and _model_or_loss(method) and dotted_name(func.value) == "self"):
             return True
-        if isinstance(func.value, cst.Name) and func.value.value == "self" and _MODEL_CALLEE.search(method):
+        if isinstance(func.value, cst.Name) and func.value.value == "self" and _model_or_loss(method):
             return True
     return None
+
+
+def _model_or_loss(name: str) -> bool:
+    return names_a_module(name) or bool(_LOSS_CALLEE.search(name))
 
 
 def _sum_evidence(ctx: "FileContext", items: cst.BaseExpression, seen) -> Optional[bool]:
@@ -378,10 +380,27 @@ def _call_grad_evidence(ctx: "FileContext", call: cst.Call, seen: Set[str]) -> O
 
 
 # -- modules (``nn.Module`` objects), as opposed to tensors ----------------------
+# The one list of names that say "a network" (a receiver no construction
+# tells about): ``module_evidence`` here and the rules that ask whether a
+# receiver is a module (TL301, TL603) all use ``names_a_module``.
 _MODULE_NAME = re.compile(
-    r"(?i)(^|_)(model|module|net|network|encoder|decoder|backbone|head|classifier|layer|block|teacher|student|"
-    r"generator|discriminator|critic|unet|vae|transformer|embedding|embeddings|ema|policy|actor|lm)s?$|net$|model"
+    # long words, as a suffix too: ``autoencoder``, ``text_encoder``, ``ema_model``
+    r"(?i)(model|module|network|encoder|decoder|backbone|classifier|generator|discriminator|transformer)s?\d*$"
+    # short words, whole: ``head``, ``self.layer1``, ``conv2``, not ``overhead`` or ``schema``
+    r"|(^|_)(net|head|layer|block|teacher|student|critic|unet|vae|embedding|embeddings|embedder|ema|policy|actor|"
+    r"lm|mlp|lstm|rnn|gru|conv|stem|neck)s?\d*$"
+    r"|net$|model"
 )
+
+
+# Base classes (qualified or as written) whose subclasses are torch modules.
+_MODULE_BASE = re.compile(r"(^torch\.nn\.|Module$|PreTrainedModel$|ModelMixin$|Sequential$|ModuleList$|ModuleDict$)")
+
+
+def is_module_base(base: str) -> bool:
+    """Does a class deriving from ``base`` (``torch.nn.Module``, ``nn.Sequential``,
+    ``pl.LightningModule``, ``PreTrainedModel``) have torch's module API?"""
+    return bool(_MODULE_BASE.search(base))
 
 
 def module_evidence(ctx: "FileContext", expr: cst.BaseExpression) -> bool:
@@ -402,5 +421,9 @@ def module_evidence(ctx: "FileContext", expr: cst.BaseExpression) -> bool:
         callee = last_name(value.func) or ""
         if callee[:1].isupper() and not callee.endswith("Tensor") and not qname.startswith("torch."):
             return True
-    last = name.rsplit(".", 1)[-1]
-    return bool(_MODULE_NAME.search(last))
+    return names_a_module(name.rsplit(".", 1)[-1])
+
+
+def names_a_module(name: Optional[str]) -> bool:
+    """Does the name (its last part) say "a network": ``model``, ``self.encoder``, ``ema_model``?"""
+    return bool(name and _MODULE_NAME.search(name))
