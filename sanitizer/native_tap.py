@@ -83,29 +83,40 @@ def _load(quiet: bool):
 
     name = _build_name(torch)
     folder = os.path.join(cache_dir(), name)
-    try:
-        return _built_or_build(torch, name, folder, quiet, trace_filter=True)
-    except TapUnavailable as error:
-        # The gpu_trace filter follows torch's private interpreter vtable: on a
-        # torch whose vtable differs it does not compile, and the tap is built
-        # without it (every allocation then costs the check a Python round trip).
+    # The gpu_trace filter follows torch's private interpreter vtable: on a
+    # torch whose vtable differs it does not compile, and the tap is built
+    # without it (every allocation then costs the check a Python round trip).
+    # Only a failure of the filter alone (the plain build then works) is
+    # remembered, so it is not retried on every run; a missing compiler is not.
+    failed_filter = os.path.join(folder, f"{name}.failed")
+    error: Optional[TapUnavailable] = None
+    if not os.path.exists(failed_filter):
         try:
-            return _built_or_build(torch, name + "_plain", folder, quiet, trace_filter=False)
-        except TapUnavailable:
+            return _built_or_build(torch, name, folder, quiet, trace_filter=True)
+        except TapUnavailable as filtered_error:
+            error = filtered_error
+    try:
+        module = _built_or_build(torch, name + "_plain", folder, quiet, trace_filter=False)
+    except TapUnavailable:
+        if error is not None:
             raise error from None
+        raise
+    if error is not None:
+        try:
+            with open(failed_filter, "w", encoding="utf-8") as handle:
+                handle.write(str(error))
+        except OSError:
+            pass
+    return module
 
 
 def _built_or_build(torch, name: str, folder: str, quiet: bool, trace_filter: bool):
     built = os.path.join(folder, f"{name}.so")
-    failed = os.path.join(folder, f"{name}.failed")
     if os.path.exists(built):
         try:
             return _import_built(name, built)
         except ImportError as error:
             raise TapUnavailable(f"cannot load {built}: {error}") from None
-    if trace_filter and os.path.exists(failed):  # failed on this torch before: not retried on every run
-        with open(failed, encoding="utf-8", errors="replace") as handle:
-            raise TapUnavailable(handle.read().strip() or "build failed")
     try:
         from torch.utils import cpp_extension
     except ImportError as error:
@@ -128,11 +139,4 @@ def _built_or_build(torch, name: str, folder: str, quiet: bool, trace_filter: bo
         )
     except Exception as error:  # compiler missing, headers missing, compile errors
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        reason = f"build failed: {first}"
-        if trace_filter:  # the plain build is retried each run: a compiler may be installed later
-            try:
-                with open(failed, "w", encoding="utf-8") as handle:
-                    handle.write(reason)
-            except OSError:
-                pass
-        raise TapUnavailable(reason) from None
+        raise TapUnavailable(f"build failed: {first}") from None

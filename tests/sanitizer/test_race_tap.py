@@ -93,11 +93,11 @@ def test_a_failed_build_is_one_line_and_not_retried(monkeypatch, tmp_path):
     assert [c["extra_cflags"][-1] for c in calls] == ["-DTORCHLINT_TRACE_FILTER=1", "-DTORCHLINT_TRACE_FILTER=0"]
     assert calls[0]["build_directory"].startswith(str(tmp_path))
     assert "-DNDEBUG" in calls[0]["extra_cflags"]  # torch's RecordFunction layout depends on it
-    # A new process does not try the filter again on this torch; the plain build is retried.
+    # Both failed (no compiler, say): a new process tries both again, a compiler may be there by then.
     monkeypatch.setattr(native_tap, "_FAILURE", None)
     with pytest.raises(native_tap.TapUnavailable):
         native_tap.load(quiet=True)
-    assert [c["extra_cflags"][-1] for c in calls[2:]] == ["-DTORCHLINT_TRACE_FILTER=0"]
+    assert [c["extra_cflags"][-1] for c in calls[2:]] == ["-DTORCHLINT_TRACE_FILTER=1", "-DTORCHLINT_TRACE_FILTER=0"]
 
 
 def test_a_torch_whose_vtable_differs_gets_the_tap_without_the_filter(monkeypatch, tmp_path):
@@ -106,7 +106,10 @@ def test_a_torch_whose_vtable_differs_gets_the_tap_without_the_filter(monkeypatc
     monkeypatch.setenv("TORCHLINT_CACHE_DIR", str(tmp_path))
     from torch.utils import cpp_extension
 
+    calls = []
+
     def build(**kwargs):
+        calls.append(kwargs["extra_cflags"][-1])
         if "-DTORCHLINT_TRACE_FILTER=1" in kwargs["extra_cflags"]:
             raise RuntimeError("Error building extension: 'sym_is_contiguous' marked 'override', but does not override")
         return types.SimpleNamespace(name=kwargs["name"])
@@ -114,6 +117,10 @@ def test_a_torch_whose_vtable_differs_gets_the_tap_without_the_filter(monkeypatc
     monkeypatch.setattr(cpp_extension, "load", build)
     module = native_tap.load(quiet=True)
     assert module.name.endswith("_plain")
+    # The filter alone failed: a new process on this torch goes straight to the plain build.
+    monkeypatch.setattr(native_tap, "_MODULE", None)
+    assert native_tap.load(quiet=True).name.endswith("_plain")
+    assert calls == ["-DTORCHLINT_TRACE_FILTER=1", "-DTORCHLINT_TRACE_FILTER=0", "-DTORCHLINT_TRACE_FILTER=0"]
 
 
 def test_build_tap_flag_builds_or_finds_it_and_exits():
