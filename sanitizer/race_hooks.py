@@ -25,6 +25,7 @@ from __future__ import annotations
 import sys
 import threading
 import warnings
+from typing import Any, Callable
 
 from .patching import WarningHook
 from .race_ops import DEFAULT_STREAM, SKIP, capture_long_site
@@ -451,59 +452,44 @@ def _engine_or_none():
     return check, check._engine
 
 
-def _trace_event_record(event, stream):
+def _to_engine(what: str, forward: Callable[[Any], None]) -> None:
+    """Hand one gpu_trace event to the active check's engine, once the tap's
+    launches are in it; a failure is the check's internal error, never the program's."""
     check, engine = _engine_or_none()
     if engine is None:
         return
     try:
-        engine.event_record(event, stream, capture_long_site())
+        forward(engine)
     except Exception as error:
-        check._internal_error("event_record", error)
+        check._internal_error(what, error)
+
+
+def _trace_event_record(event, stream):
+    _to_engine("event_record", lambda engine: engine.event_record(event, stream, capture_long_site()))
 
 
 def _trace_event_wait(event, stream):
-    check, engine = _engine_or_none()
-    if engine is None:
-        return
-    try:
+    def wait(engine) -> None:
         hint = getattr(_LOCAL, "hint", None)
         if hint:
             # Name the user's call (wait_stream), not the event it is built on.
             engine.event_wait(event, stream, hint[1], kind=hint[0])
         else:
             engine.event_wait(event, stream, capture_long_site())
-    except Exception as error:
-        check._internal_error("event_wait", error)
+
+    _to_engine("event_wait", wait)
 
 
 def _trace_event_sync(event):
-    check, engine = _engine_or_none()
-    if engine is None:
-        return
-    try:
-        engine.event_sync(event, capture_long_site())
-    except Exception as error:
-        check._internal_error("event_sync", error)
+    _to_engine("event_sync", lambda engine: engine.event_sync(event, capture_long_site()))
 
 
 def _trace_stream_sync(stream):
-    check, engine = _engine_or_none()
-    if engine is None:
-        return
-    try:
-        engine.stream_sync(stream, capture_long_site())
-    except Exception as error:
-        check._internal_error("stream_sync", error)
+    _to_engine("stream_sync", lambda engine: engine.stream_sync(stream, capture_long_site()))
 
 
 def _trace_device_sync():
-    check, engine = _engine_or_none()
-    if engine is None:
-        return
-    try:
-        engine.device_sync(capture_long_site())
-    except Exception as error:
-        check._internal_error("device_sync", error)
+    _to_engine("device_sync", lambda engine: engine.device_sync(capture_long_site()))
 
 
 def _trace_free(pointer):
