@@ -446,3 +446,35 @@ def test_a_program_stream_used_inside_a_collective_is_still_checked():
         assert SIDE not in check._internal_streams
     finally:
         check.stop()
+
+
+def test_gpu_trace_events_order_the_streams_through_the_callbacks(check):
+    # What gpu_trace hands the check for side.record(event) + default.wait(event): the
+    # callbacks first bring the engine up to date with the tap's launches.
+    x = torch.zeros(16)
+    fork(check)
+    with check.streams.on(SIDE):
+        x.mul_(3)
+    race_hooks._trace_event_record(0xE1, SIDE)
+    race_hooks._trace_event_wait(0xE1, races.DEFAULT_STREAM)
+    x.sum()
+    assert check.findings() == []
+
+
+def test_a_gpu_trace_device_sync_orders_everything_before_it(check):
+    x = torch.zeros(16)
+    fork(check)
+    with check.streams.on(SIDE):
+        x.mul_(3)
+    race_hooks._trace_device_sync()
+    x.sum()
+    assert check.findings() == []
+
+
+def test_a_failure_in_a_gpu_trace_callback_is_the_checks_internal_error(check, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("engine broke")
+
+    monkeypatch.setattr(check._engine, "stream_sync", broken)
+    race_hooks._trace_stream_sync(SIDE)  # never raises into torch's C++ caller
+    assert "stream_sync" in str(check.summary().get("internal_errors"))
