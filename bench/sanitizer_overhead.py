@@ -284,12 +284,19 @@ def run_child(workload: str, mode_name: str, steps: int, repeats: int, warmup: i
                                  "allocations_per_step": (_allocations(torch) - allocations_before) / (steps * repeats),
                                  "steps_run": warmup + steps * repeats}
     if session is not None:
-        result["findings"] = [f"{f.kind}:{f.details.get('sync_kind', '')}@{os.path.basename(f.file or '')}:{f.line}"
-                              for f in session.findings]
-        race = session.summaries().get("race")
-        if race:
-            result["race"] = race
+        result.update(_what_the_session_saw(session))
     return result
+
+
+def _what_the_session_saw(session) -> Dict[str, object]:
+    """Its findings, compactly, and the race check's summary (the tap's counters) if it ran."""
+    seen: Dict[str, object] = {
+        "findings": [f"{f.kind}:{f.details.get('sync_kind', '')}@{os.path.basename(f.file or '')}:{f.line}"
+                     for f in session.findings]}
+    race = session.summaries().get("race")
+    if race:
+        seen["race"] = race
+    return seen
 
 
 def run_paired_child(workload: str, mode_name: str, steps: int, repeats: int, warmup: int) -> Dict[str, object]:
@@ -348,11 +355,8 @@ def run_paired_child(workload: str, mode_name: str, steps: int, repeats: int, wa
     result: Dict[str, object] = {"workload": workload, "mode": mode_name, "paired": True,
                                  "ms_per_step": min(mode_times), "baseline_ms": min(base_times),
                                  "all_ms": mode_times, "all_baseline_ms": base_times, "steps": steps}
-    result["findings"] = [f"{f.kind}:{f.details.get('sync_kind', '')}@{os.path.basename(f.file or '')}:{f.line}"
-                          for f in session.findings]
-    race = session.summaries().get("race")
-    if race:
-        result["race"] = race
+    result.update(_what_the_session_saw(session))
+    if "race" in result:
         result["steps_run"] = repeats * (steps + 3)  # the tap's counters run on across sessions
     return result
 
