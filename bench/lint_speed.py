@@ -25,19 +25,18 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import pickle
 import resource
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter
 from typing import Optional
 
 import libcst as cst
 
 from torchlint import linter
+from torchlint.cache import ResultCache
 from torchlint.discovery import DiscoveryOptions, discover
 from torchlint.linter import FileOptions, lint_text
 from torchlint.project import project_facts
@@ -116,20 +115,6 @@ def cache_entries_written_since(directory: str, since: float) -> int:
                for name in files if os.path.getmtime(os.path.join(path, name)) > since)
 
 
-def cross_file_entries(directory: str) -> Counter:
-    """Per project root, how many cached results consulted other files of it."""
-    roots: Counter = Counter()
-    for path, _, files in os.walk(directory):
-        for name in files:
-            try:
-                with open(os.path.join(path, name), "rb") as handle:
-                    _, depended = pickle.load(handle)
-            except Exception:
-                continue
-            roots.update(depended.keys())
-    return roots
-
-
 def cache_check(root: str, texts, edit: Optional[str] = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         copy = os.path.join(tmp, "tree")
@@ -138,7 +123,7 @@ def cache_check(root: str, texts, edit: Optional[str] = None) -> None:
         env = {**os.environ, "TORCHLINT_CACHE_DIR": cache}
         cold = cli_cpu(copy, env)
         warm = cli_cpu(copy, env)
-        depending = cross_file_entries(cache)
+        depending = ResultCache(cache).consulted_roots()
         edited = os.path.join(copy, edit or os.path.relpath(texts[len(texts) // 2][0], root))
         with open(edited, "a", encoding="utf-8") as handle:
             handle.write("\n# edited by lint_speed.py\n")

@@ -33,6 +33,7 @@ import json
 import os
 import pickle
 import shutil
+from collections import Counter
 import sys
 from typing import TYPE_CHECKING, Optional
 
@@ -131,6 +132,19 @@ class ResultCache:
         except OSError:
             return
         self.stored += 1
+
+    def consulted_roots(self) -> "Counter[str]":
+        """Per project root, how many stored results consulted other files of it."""
+        roots: "Counter[str]" = Counter()
+        for folder, _, names in os.walk(self.directory):
+            for name in names:
+                try:
+                    with open(os.path.join(folder, name), "rb") as handle:
+                        _, depended = pickle.load(handle)
+                except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError, TypeError, ValueError):
+                    continue  # CACHEDIR.TAG, .gitignore, an entry of another format
+                roots.update(depended.keys())
+        return roots
 
     def _digest(self, root: str) -> str:
         known = self._digests.get(root)

@@ -93,6 +93,9 @@ def test_editing_a_file_whose_facts_another_file_used_relints_that_file(tmp_path
 
     assert run() == [("engine.py", "TL201")]
     assert run() == [("engine.py", "TL201")] and linted[-1] == []
+    from torchlint.cache import ResultCache
+
+    assert ResultCache(str(tmp_path / "cache")).consulted_roots()[str(root)] >= 1  # engine.py's result
     main_py = root / "main.py"
     main_py.write_text(main_py.read_text().replace("pin_memory=True", "pin_memory=False"))
     assert run() == []  # served from the cache, engine.py would still say TL201
