@@ -47,8 +47,11 @@ def child(mode: str, ops: int) -> dict:
         session.start()
         torch.cuda.Stream()  # a second stream switches the analysis on
     elif mode == "gpu-trace":
+        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        from torchlint.sanitizer.race_hooks import _MEMORY_REGISTRIES
+
         trace = importlib.import_module("torch.cuda._gpu_trace")
-        for name in ("MemoryAllocationCallbacks", "MemoryDeallocationCallbacks"):
+        for name in _MEMORY_REGISTRIES:
             getattr(trace, name).fire_callbacks = id
         torch._C._activate_gpu_trace()
 

@@ -185,19 +185,20 @@ def race_without_sites(torch) -> None:
 
 
 def gpu_trace_floor(torch) -> None:
-    """gpu_trace switched on as the race check leaves it under the native tap, with no check behind it.
+    """torch's own gpu_trace switched on, as the race check routes it where the tap has no filter,
+    with no check behind it.
 
     Every CUDA event, sync, allocation and free then makes a C++-to-Python
     round trip; the two memory registries call a C builtin, as the check
-    arranges while the tap runs.
+    arranges while such a tap runs.
     """
     import importlib
 
+    from torchlint.sanitizer.race_hooks import _MEMORY_REGISTRIES
+
     trace = importlib.import_module("torch.cuda._gpu_trace")
-    for name in ("CUDAMemoryAllocationCallbacks", "CUDAMemoryDeallocationCallbacks"):
-        registry = getattr(trace, name, None)
-        if registry is not None:
-            registry.fire_callbacks = id
+    for name in _MEMORY_REGISTRIES:
+        getattr(trace, name).fire_callbacks = id
     torch._C._activate_gpu_trace()
 
 
