@@ -478,3 +478,5 @@ def test_a_failure_in_a_gpu_trace_callback_is_the_checks_internal_error(check, m
     monkeypatch.setattr(check._engine, "stream_sync", broken)
     race_hooks._trace_stream_sync(SIDE)  # never raises into torch's C++ caller
     assert "stream_sync" in str(check.summary().get("internal_errors"))
+    with pytest.warns(UserWarning, match="internal error.*stream_sync: RuntimeError: engine broke"):
+        check.stop()
