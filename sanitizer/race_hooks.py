@@ -115,6 +115,25 @@ class TorchHooks:
         if tap is not None:
             self._quiet_memory_trace(trace)
 
+    def _install_sync_ledger(self, tap) -> bool:
+        """Before activation, let the tap's gpu_trace filter keep the host-sync ledger in C++.
+
+        The filter notes every block the allocator hands out and clears the
+        note at every host sync torch reports (device, stream and event syncs,
+        and the implicit ones: ``.item()``, blocking copies), so activation
+        needs one allocator snapshot instead of one per sync, and a sync costs
+        the program no Python frame (race_prehistory.py). False where the tap
+        has no filter: the check then snapshots at every sync it hears of.
+        """
+        trace = _gpu_trace_module()
+        if tap is None or trace is None or not hasattr(tap, "track_allocations_since_sync"):
+            return False
+        tap.install_trace_filter(forward_memory=_memory_listeners_besides_ours(trace))
+        tap.track_allocations_since_sync()
+        self._trace_filter = tap
+        self._gpu_trace_route = "filtered: allocations and host syncs counted in C++ until activation"
+        return True
+
     def _register_trace_callbacks(self, torch):
         """``torch.cuda._gpu_trace`` with this module's callbacks registered (once), or None without it."""
         global _TRACE_REGISTERED

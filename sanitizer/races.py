@@ -139,6 +139,7 @@ class RaceCheck(TorchHooks):
         self._interception: Optional[str] = None  # "native tap" or "dispatch mode", once active
         # Host syncs before activation, with the blocks live at each (race_prehistory.py).
         self._ledger = HostSyncLedger()
+        self._native_ledger = None  # the tap, while its gpu_trace filter keeps that ledger in C++
         self._memory_snapshot = None  # torch.cuda.memory_snapshot on CUDA; tests give a fake one
         self._previous_sync_mode: Optional[int] = None
         self._sync_warnings = None  # the implicit-sync warning hook (race_hooks.py), before activation
@@ -161,14 +162,24 @@ class RaceCheck(TorchHooks):
         self._dynamo_frames_at_start = self._dynamo_frames()
         self._install_triggers(torch)
         if self._want_cuda and torch.cuda.is_available():
-            self._prebuild_tap()
+            tap = self._prebuild_tap()
             self._memory_snapshot = torch.cuda.memory_snapshot
-            self._watch_implicit_syncs(torch)
+            try:
+                if self._install_sync_ledger(tap):
+                    self._native_ledger = tap
+            except Exception as error:
+                self._internal_error("native sync ledger", error)
+            if self._native_ledger is None:
+                self._watch_implicit_syncs(torch)
             if torch.cuda.is_initialized():
                 # Work issued before the check existed is finished when its
                 # history begins: one device sync per session, not a guess.
                 torch._C._cuda_synchronize()
                 self._host_synced("the race check's start")
+            else:
+                # Nothing was issued yet: the start orders what follows as a
+                # sync would, and counts as one (the same report either way).
+                self._ledger.host_sync(frozenset())
 
     def stop(self) -> None:
         if not self._started:
@@ -256,14 +267,14 @@ class RaceCheck(TorchHooks):
             return
         torch = self._torch
         self._activation_reason = reason
+        unfinished = self._unfinished_before_activation() if self._memory_snapshot is not None else None
         tap = self._load_tap()
         engine = HappensBefore(ticker=tap.tick if tap is not None else None)
         engine.on_race = self._on_race
         self._engine = engine
         if self._device_filter == "cuda":
             self._register_trace(torch, tap)
-        if self._memory_snapshot is not None:
-            self._seed_unfinished()
+        self._seed_unfinished(unfinished)
         if not self._triton_wrapped:
             self._install_triton_wrapper()
         if tap is not None:
@@ -291,15 +302,16 @@ class RaceCheck(TorchHooks):
             self.notes.append(f"native tap unavailable ({error}): ops were seen through the slower Python dispatch mode")
             return None
 
-    def _prebuild_tap(self) -> None:
+    def _prebuild_tap(self):
         """Build (or load) the native tap at start: its 20-30 s build is the sanitizer's time, not the program's."""
         try:
             if (self._tap_choice or native_tap.choice()) != "python":
-                native_tap.load()  # prints one progress line on stderr when it builds
+                return native_tap.load()  # prints one progress line on stderr when it builds
         except native_tap.TapUnavailable:
             pass  # said once, at activation, if the analysis ever switches on
         except Exception as error:
             self._internal_error("native tap build", error)
+        return None
 
     def _remove_tap(self) -> None:
         tap = self._tap
@@ -441,17 +453,34 @@ class RaceCheck(TorchHooks):
         """A host sync before activation: every block live now is finished from here on."""
         if self._engine is not None or not self._started:
             return  # once active, gpu_trace hands syncs to the engine
+        if self._native_ledger is not None:
+            return  # the tap's filter saw it, in C++
         live = self._live()
         if live is not None:
-            self._ledger.host_sync(live, kind, capture_long_site())
+            self._ledger.host_sync(live)
 
-    def _seed_unfinished(self) -> None:
-        """The work before activation, as one launch per stream writing every block no host sync ordered."""
+    def _unfinished_before_activation(self):
+        """The live blocks no host sync ordered, sorted; None when that cannot be known."""
+        tap, self._native_ledger = self._native_ledger, None
+        if tap is not None and not tap.trace_filter_intact():
+            # Something (CSAN's enable) replaced gpu_trace since the start: the
+            # filter missed syncs, so its record could name finished blocks.
+            tap.take_allocations_since_sync()
+            self.notes.append("gpu_trace was replaced while the race check waited for a second stream: work issued "
+                              "before activation is not checked")
+            return None
         live = self._live()
-        if live is None:
+        if tap is not None:
+            syncs, addresses = tap.take_allocations_since_sync()
+            return self._ledger.allocated_since_sync(live, syncs, addresses) if live is not None else None
+        return self._ledger.unfinished(live) if live is not None else None
+
+    def _seed_unfinished(self, unfinished) -> None:
+        """The work before activation, as one launch per stream writing every block no host sync ordered."""
+        if not unfinished:
             return
         by_stream: Dict[Hashable, list] = {}
-        for _device, stream, address, size in self._ledger.unfinished(live):
+        for _device, stream, address, size in unfinished:
             by_stream.setdefault(stream, []).append((address, address + size, True, "(any)", None, None, None, None))
         for stream, items in by_stream.items():
             self._engine.launch(

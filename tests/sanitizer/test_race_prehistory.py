@@ -49,10 +49,10 @@ def test_ledger_orders_what_was_live_at_the_last_sync_only():
     ledger = HostSyncLedger()
     first, second, third = (0, 0, 0x1000, 16), (0, 0, 0x2000, 16), (0, 0, 0x3000, 16)
     assert ledger.unfinished(frozenset({first})) == [first]  # no sync: nothing is known finished
-    ledger.host_sync(frozenset({first}), "torch.cuda.synchronize()")
-    ledger.host_sync(frozenset({first, second}), ".item()")
+    ledger.host_sync(frozenset({first}))
+    ledger.host_sync(frozenset({first, second}))
     assert ledger.unfinished(frozenset({first, second, third})) == [third]
-    assert ledger.syncs == 2 and ledger.last_kind == ".item()"
+    assert ledger.syncs == 2
 
 
 class _Snapshot:
@@ -224,4 +224,123 @@ def test_implicit_syncs_before_activation_are_recorded_and_not_shown_to_the_user
         assert [str(w.message) for w in seen] == ["an unrelated warning"]
     finally:
         check._torch = real_torch
+        check.stop()
+
+
+# -- the native route: the tap's gpu_trace filter keeps the ledger in C++ ------------
+#
+# On CUDA torch calls the filter for every allocation, free and host sync; here
+# the tests make those calls themselves (``_feed_trace_filter``), with the
+# addresses of real CPU tensors, so the C++ ledger and the check's use of it run
+# end to end.
+
+def _filter_tap():
+    import torch.cuda._gpu_trace  # noqa: F401  torch's interpreter forwards the syncs there, as on CUDA
+
+    from torchlint.sanitizer import native_tap
+
+    tap = native_tap.load(quiet=True)
+    if not hasattr(tap, "track_allocations_since_sync"):
+        pytest.skip("this torch's interpreter vtable differs: the tap was built without the filter")
+    return tap
+
+
+def test_the_filter_notes_blocks_handed_out_since_the_last_host_sync():
+    tap = _filter_tap()
+    tap.install_trace_filter(forward_memory=False)
+    try:
+        tap.track_allocations_since_sync()
+        for address in (0x1000, 0x2000):
+            tap._feed_trace_filter("allocation", address)
+        tap._feed_trace_filter("stream_sync", 7)
+        tap._feed_trace_filter("free", 0x2000)  # freed after the sync: nothing to forget
+        for address in (0x3000, 0x4000):
+            tap._feed_trace_filter("allocation", address)
+        tap._feed_trace_filter("free", 0x4000)
+        syncs, addresses = tap.take_allocations_since_sync()
+        assert (syncs, sorted(addresses)) == (1, [0x3000])
+        tap._feed_trace_filter("allocation", 0x5000)  # taken: tracking has stopped
+        assert tap.take_allocations_since_sync() == (0, [])
+    finally:
+        tap.remove_trace_filter()
+
+
+def _pending_check_with_native_ledger():
+    check, snapshot = _pending_check("native")
+    tap = _filter_tap()
+    assert check._install_sync_ledger(tap)
+    check._native_ledger = tap
+    return check, snapshot, tap
+
+
+def _allocated(tap, snapshot, tensor):
+    snapshot.tensors.append(tensor)
+    tap._feed_trace_filter("allocation", tensor.untyped_storage().data_ptr())
+    return tensor
+
+
+def test_native_ledger_finds_the_csan_documentation_example():
+    check, snapshot, tap = _pending_check_with_native_ledger()
+    try:
+        a = _allocated(tap, snapshot, torch.rand(4, 2))
+        findings = _side_stream_writes(check, a)
+        assert len(findings) == 1
+        assert findings[0].details["first"]["op"] == "work issued before the race check switched on"
+    finally:
+        check.stop()
+    assert not tap.trace_filter_installed()
+
+
+@pytest.mark.parametrize("sync", ["device_sync", "stream_sync", "event_sync"])
+def test_native_ledger_a_host_sync_keeps_a_correct_program_clean(sync):
+    check, snapshot, tap = _pending_check_with_native_ledger()
+    try:
+        a = _allocated(tap, snapshot, torch.rand(4, 2))
+        tap._feed_trace_filter(sync, 1)
+        assert _side_stream_writes(check, a) == []
+        assert check.summary()["host_syncs_before_activation"] == 1
+    finally:
+        check.stop()
+
+
+def test_native_ledger_a_host_sync_costs_no_snapshot():
+    check, snapshot, tap = _pending_check_with_native_ledger()
+    calls = []
+    check._memory_snapshot = lambda: calls.append(1) or snapshot()
+    try:
+        for _ in range(3):
+            check._host_synced(".item()")
+        assert calls == []
+        _activate(check)
+        assert calls == [1]  # one, at activation
+    finally:
+        check.stop()
+
+
+def test_native_ledger_a_block_reallocated_after_the_sync_is_unfinished():
+    # The snapshot route cannot tell this block from the one live at the sync.
+    check, snapshot, tap = _pending_check_with_native_ledger()
+    try:
+        a = _allocated(tap, snapshot, torch.rand(4, 2))
+        tap._feed_trace_filter("device_sync")
+        tap._feed_trace_filter("free", a.untyped_storage().data_ptr())
+        tap._feed_trace_filter("allocation", a.untyped_storage().data_ptr())  # same address, same size
+        findings = _side_stream_writes(check, a)
+        assert len(findings) == 1
+        assert findings[0].details["first"]["op"] == (
+            "work issued before the race check switched on, after the last host sync"
+        )
+    finally:
+        check.stop()
+
+
+def test_native_ledger_replaced_gpu_trace_checks_nothing_from_before_and_says_so(monkeypatch):
+    check, snapshot, tap = _pending_check_with_native_ledger()
+    monkeypatch.setattr(tap, "trace_filter_intact", lambda: False)
+    try:
+        a = _allocated(tap, snapshot, torch.rand(4, 2))
+        assert _side_stream_writes(check, a) == []
+        assert any("gpu_trace was replaced" in note for note in check.notes)
+    finally:
+        check.notes.clear()
         check.stop()

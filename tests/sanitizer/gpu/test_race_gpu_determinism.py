@@ -107,3 +107,60 @@ def test_findings_do_not_depend_on_timing(gpu_load, program, racy, interception)
     assert len(signatures) == 1, signatures
     (signature,) = signatures
     assert bool(signature) is racy, signature
+
+
+def _native_check():
+    check = races.RaceCheck(None)
+    check._tap_choice = "native"
+    return check
+
+
+def test_under_the_native_tap_host_syncs_cost_no_snapshot(monkeypatch):
+    """The tap's gpu_trace filter keeps the ledger in C++: one allocator snapshot, at activation."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    snapshots = []
+    real_snapshot = torch.cuda.memory_snapshot
+    monkeypatch.setattr(torch.cuda, "memory_snapshot", lambda *a, **k: snapshots.append(1) or real_snapshot(*a, **k))
+    check = _native_check()
+    check.start()
+    try:
+        if not check.summary().get("gpu_trace", "").startswith("filtered: allocations"):
+            pytest.skip(f"the tap has no gpu_trace filter here: {check.summary()}")
+        x = torch.ones(8, device="cuda")
+        for _ in range(20):
+            (x * 2).sum().item()
+        assert snapshots == []
+        csan_example()
+        torch.cuda.synchronize()
+        assert snapshots == [1]
+    finally:
+        check.stop()
+    assert check.summary()["host_syncs_before_activation"] >= 21
+    assert len(check.findings()) == 1
+
+
+def test_under_the_native_tap_a_block_reused_after_the_last_sync_is_unfinished():
+    """Freed and handed out again (same address, same size) after the sync: written by unfinished work."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    check = _native_check()
+    check.start()
+    try:
+        if not check.summary().get("gpu_trace", "").startswith("filtered: allocations"):
+            pytest.skip("the tap has no gpu_trace filter here")
+        a = torch.rand(4, 2, device="cuda")
+        address = a.data_ptr()
+        torch.cuda.synchronize()
+        del a
+        b = torch.rand(4, 2, device="cuda")
+        if b.data_ptr() != address:
+            pytest.skip("the allocator did not hand the same block out again")
+        with torch.cuda.stream(torch.cuda.Stream()):
+            torch.mul(b, 5, out=b)
+        torch.cuda.synchronize()
+    finally:
+        check.stop()
+    findings = check.findings()
+    assert len(findings) == 1
+    assert findings[0].details["first"]["op"] == "work issued before the race check switched on, after the last host sync"
