@@ -462,18 +462,20 @@ class RaceCheck(TorchHooks):
     def _unfinished_before_activation(self):
         """The live blocks no host sync ordered, sorted; None when that cannot be known."""
         tap, self._native_ledger = self._native_ledger, None
-        if tap is not None and not tap.trace_filter_intact():
-            # Something (CSAN's enable) replaced gpu_trace since the start: the
-            # filter missed syncs, so its record could name finished blocks.
-            tap.take_allocations_since_sync()
-            self.notes.append("gpu_trace was replaced while the race check waited for a second stream: work issued "
-                              "before activation is not checked")
-            return None
-        live = self._live()
         if tap is not None:
-            syncs, addresses = tap.take_allocations_since_sync()
-            return self._ledger.allocated_since_sync(live, syncs, addresses) if live is not None else None
-        return self._ledger.unfinished(live) if live is not None else None
+            syncs, addresses = tap.take_allocations_since_sync()  # tracking stops here
+            if not tap.trace_filter_intact():
+                # Something (CSAN's enable) replaced gpu_trace since the start: the
+                # filter missed syncs, so its record could name finished blocks.
+                self.notes.append("gpu_trace was replaced while the race check waited for a second stream: work "
+                                  "issued before activation is not checked")
+                return None
+        live = self._live()
+        if live is None:
+            return None
+        if tap is not None:
+            return self._ledger.allocated_since_sync(live, syncs, addresses)
+        return self._ledger.unfinished(live)
 
     def _seed_unfinished(self, unfinished) -> None:
         """The work before activation, as one launch per stream writing every block no host sync ordered."""
