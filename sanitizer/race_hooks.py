@@ -121,8 +121,9 @@ class TorchHooks:
         The filter notes every block the allocator hands out and clears the
         note at every host sync torch reports (device, stream and event syncs,
         and the implicit ones: ``.item()``, blocking copies), so activation
-        needs one allocator snapshot instead of one per sync, and a sync costs
-        the program no Python frame (race_prehistory.py). False where the tap
+        needs one allocator snapshot instead of one per sync; a sync costs only
+        torch's own gpu_trace hook, forwarded to Python as it would be once the
+        check is active (race_prehistory.py). False where the tap
         has no filter: the check then snapshots at every sync it hears of.
         """
         trace = _gpu_trace_module()

@@ -26,7 +26,8 @@ the program's order of operations:
     notes at every host sync torch reports (device, stream and event syncs,
     and the implicit ones: ``.item()``, ``.cpu()``, blocking copies go
     through the same ``c10::cuda`` functions that sync debug mode watches).
-    A sync costs the program no Python frame; activation takes one
+    A sync costs no snapshot, only torch's gpu_trace hook (one call into
+    Python, as after activation); activation takes one
     ``memory_snapshot()`` and keeps the live blocks still noted.
   - **Otherwise** every host sync seen before activation
     (``torch.cuda.synchronize()``, ``Stream.synchronize()``,
