@@ -294,6 +294,14 @@ def origin_of(path: str) -> str:
     return origin if origin is not None else _origin(path)
 
 
+def site_origin(filename: str) -> int:
+    """For the native tap's stack walk, once per code object: 0 not the user's code,
+    1 a user's test file, 2 other user code (what ``_select`` tells apart)."""
+    if origin_of(filename) != USER:
+        return 0
+    return 1 if is_test_file(filename) else 2
+
+
 def is_user_file(path: str) -> bool:
     """True when ``path`` is the user's code (see the module docstring for the rules)."""
     return origin_of(path) == USER

@@ -213,15 +213,22 @@ class TorchHooks:
         original_wait_stream = Stream.wait_stream
 
         def wait_stream(this, other):
-            if _ACTIVE is check:
-                check._activate("wait_stream between streams")
-                check._name_stream(this)
-                check._name_stream(other)
-                _LOCAL.hint = ("wait_stream", capture_long_site())
-            try:
+            if _ACTIVE is not check:
                 return original_wait_stream(this, other)
+            check._activate("wait_stream between streams")
+            check._name_stream(this)
+            check._name_stream(other)
+            # torch builds wait_stream from an event recorded on ``other`` and
+            # waited on by ``this``; the engine is told the wait_stream itself,
+            # once, and the gpu_trace callbacks of that inner event (two Python
+            # round trips into the engine) return at once.
+            _LOCAL.in_wait_stream = True
+            try:
+                result = original_wait_stream(this, other)
             finally:
-                _LOCAL.hint = None
+                _LOCAL.in_wait_stream = False
+            check._wait_stream(this, other)
+            return result
 
         self._patch(Stream, "wait_stream", wait_stream)
 
@@ -229,13 +236,19 @@ class TorchHooks:
         original_wait = Event.wait
 
         def record(this, stream=None):
-            if _ACTIVE is check and stream is not None and getattr(stream, "cuda_stream", 0) != DEFAULT_STREAM:
+            if (
+                _ACTIVE is check and stream is not None and not getattr(_LOCAL, "in_wait_stream", False)
+                and getattr(stream, "cuda_stream", 0) != DEFAULT_STREAM
+            ):
                 check._activate("an event was recorded on a side stream")
                 check._name_stream(stream)
             return original_record(this, stream)
 
         def wait(this, stream=None):
-            if _ACTIVE is check and stream is not None and getattr(stream, "cuda_stream", 0) != DEFAULT_STREAM:
+            if (
+                _ACTIVE is check and stream is not None and not getattr(_LOCAL, "in_wait_stream", False)
+                and getattr(stream, "cuda_stream", 0) != DEFAULT_STREAM
+            ):
                 check._activate("a side stream waited on an event")
                 check._name_stream(stream)
             return original_wait(this, stream)
@@ -485,19 +498,15 @@ def _to_engine(what: str, forward: Callable[[Any], None]) -> None:
 
 
 def _trace_event_record(event, stream):
+    if getattr(_LOCAL, "in_wait_stream", False):
+        return  # the wrapper tells the engine the wait_stream itself
     _to_engine("event_record", lambda engine: engine.event_record(event, stream, capture_long_site()))
 
 
 def _trace_event_wait(event, stream):
-    def wait(engine) -> None:
-        hint = getattr(_LOCAL, "hint", None)
-        if hint:
-            # Name the user's call (wait_stream), not the event it is built on.
-            engine.event_wait(event, stream, hint[1], kind=hint[0])
-        else:
-            engine.event_wait(event, stream, capture_long_site())
-
-    _to_engine("event_wait", wait)
+    if getattr(_LOCAL, "in_wait_stream", False):
+        return
+    _to_engine("event_wait", lambda engine: engine.event_wait(event, stream, capture_long_site()))
 
 
 def _trace_event_sync(event):

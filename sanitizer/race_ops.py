@@ -17,6 +17,7 @@ from .frames import user_frames_of
 
 DEFAULT_STREAM = 0  # cudaStream_t of the legacy default stream
 SITE_FRAMES = 4  # frames kept per access (cheap); races get 8 for the later access
+LONG_SITE_FRAMES = 8  # frames kept for a sync, an event or a collective
 NO_USER_FRAME = (("<no user frame: autograd engine or library thread>", 0, "?"),)
 
 # Ops whose tensor inputs are used for metadata only.
@@ -54,6 +55,7 @@ class Site:
     """
 
     __slots__ = ("_traceback", "_frames")
+    LIMIT = SITE_FRAMES  # user frames kept when symbolized
 
     def __init__(self, traceback):
         self._traceback = traceback
@@ -64,7 +66,7 @@ class Site:
         if frames is None:
             try:
                 entries = _symbolize([self._traceback])[0]
-                user = user_frames_of(((e["filename"], e["line"], e["name"]) for e in entries), SITE_FRAMES)
+                user = user_frames_of(((e["filename"], e["line"], e["name"]) for e in entries), self.LIMIT)
             except Exception:
                 user = None
             frames = self._frames = tuple(user) if user else NO_USER_FRAME
@@ -89,7 +91,14 @@ class Site:
         return hash(self.frames())
 
     def __repr__(self) -> str:
-        return f"Site({self.frames()!r})"
+        return f"{type(self).__name__}({self.frames()!r})"
+
+
+class LongSite(Site):
+    """A ``Site`` that keeps more frames: syncs, events and collectives are rare and explain a report."""
+
+    __slots__ = ()
+    LIMIT = LONG_SITE_FRAMES
 
 
 def capture_site():
@@ -99,8 +108,10 @@ def capture_site():
     return tuple(frames) if frames else NO_USER_FRAME
 
 
-def capture_long_site() -> tuple:
-    frames, _, _ = _raw_user_stack(limit=8, skip=2)
+def capture_long_site():
+    if _gather is not None:
+        return LongSite(_gather(True, False, False))
+    frames, _, _ = _raw_user_stack(limit=LONG_SITE_FRAMES, skip=2)
     return tuple(frames) if frames else NO_USER_FRAME
 
 

@@ -23,9 +23,11 @@
 // synchronization the engine learns every stream's latest seq (latest()).
 //
 // Every piece of state is guarded by the GIL: a recorded op takes it once,
-// to capture the user's stack (torch's gather_traceback) and, rarely, to call
-// back into the engine.
+// to capture the user's stack (user_site: the user's frames only, as code
+// objects and instruction offsets, turned into lines only for the few sites a
+// report reads) and, rarely, to call back into the engine.
 #include <torch/extension.h>
+#include <frameobject.h>
 
 #include <ATen/record_function.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -156,18 +158,46 @@ const ArgPlan kResult{-1, true, false, "result"};
 
 // -- what is recorded -----------------------------------------------------------
 
+// -- user sites -------------------------------------------------------------------
+//
+// A site is the user's frames at an op, innermost first: the frames.py
+// selection (site_origin decides, once per code object, whether a frame is the
+// user's, and whether it is a test file's), made during the walk so that it
+// stops at the last frame kept. A frame is kept as its code object and
+// instruction offset; the line is computed (and the Python tuple built) only
+// when the site reaches the engine, which for most ops is never.
+
+struct SiteFrame {
+  PyObject* code = nullptr;  // a PyCodeObject, owned
+  int position = -1;         // instruction offset (3.11+), or the line (older Pythons)
+};
+
+struct UserSite {  // shared by an op's records and a generation; freed under the GIL
+  c10::SmallVector<SiteFrame, 4> frames;
+  PyObject* as_tuple = nullptr;  // ((file, line, function), ...), built on first use
+  UserSite() = default;
+  UserSite(const UserSite&) = delete;
+  UserSite& operator=(const UserSite&) = delete;
+  ~UserSite() {
+    for (SiteFrame& frame : frames) Py_XDECREF(frame.code);
+    Py_XDECREF(as_tuple);
+  }
+};
+
+using SitePtr = std::shared_ptr<UserSite>;
+
 struct Generation {  // one owner (storage) of a base: who first touched it, and where
   uint64_t id = 0;
   int64_t nbytes = 0;
   uint64_t stream = 0;
-  PyRef site;
+  SitePtr site;
 };
 
 struct Launch {  // what every access of one op shares
   int64_t seq = 0;
   uint64_t stream = 0;
   const Plan* plan = nullptr;
-  PyRef site;
+  SitePtr site;
 };
 
 struct Access {  // one tensor argument, with what a report needs about the tensor
@@ -215,7 +245,9 @@ struct Tap {
   uint64_t manual_stream = 0;
   at::CallbackHandle handle = 0;
   PyRef callback;  // engine side: callback(launches) and callback(("record_stream", ...))
-  PyRef gather;    // torch._C._profiler.gather_traceback, or None
+  PyRef site_origin;  // frames.site_origin(filename) -> 0 not the user's, 1 a test file's, 2 the user's; or None
+  size_t site_limit = 4;  // user frames kept per site (race_ops.SITE_FRAMES)
+  std::unordered_map<PyObject*, int8_t> origins;  // code object (owned) -> site_origin of its file
   int64_t counter = 0;
   uint64_t generations = 0;
   std::unordered_map<const char*, std::unique_ptr<Plan>> plans;
@@ -339,10 +371,30 @@ PyObject* label_of(const Access& access) {
   return PyUnicode_FromFormat("%s[%d]", access.arg->name.c_str(), access.position);
 }
 
+// The site as the engine takes it: ((file, line, function), ...), () where no
+// user frame was on the stack, None where sites are not captured. Borrowed.
+PyObject* site_of(const SitePtr& site) {
+  if (!site) return Py_None;
+  if (site->as_tuple == nullptr) {
+    PyObject* frames = PyTuple_New(static_cast<Py_ssize_t>(site->frames.size()));
+    for (size_t i = 0; i < site->frames.size(); ++i) {
+      auto* code = reinterpret_cast<PyCodeObject*>(site->frames[i].code);
+#if PY_VERSION_HEX >= 0x030B0000
+      int position = site->frames[i].position;
+      int line = position < 0 ? code->co_firstlineno : PyCode_Addr2Line(code, position);
+#else
+      int line = site->frames[i].position;
+#endif
+      PyTuple_SET_ITEM(frames, i, Py_BuildValue("(OiO)", code->co_filename, line, code->co_name));
+    }
+    site->as_tuple = frames;
+  }
+  return site->as_tuple;
+}
+
 // (generation, site, stream, nbytes): who owns the bytes at a base
 PyObject* generation_of(const Generation& generation) {
-  return Py_BuildValue("(KOKL)", (unsigned long long)generation.id,
-                       generation.site.object ? generation.site.object : Py_None,
+  return Py_BuildValue("(KOKL)", (unsigned long long)generation.id, site_of(generation.site),
                        (unsigned long long)generation.stream, (long long)generation.nbytes);
 }
 
@@ -366,16 +418,73 @@ PyObject* op_name_of(const Plan* plan) {
 // (stream, seq, op, site, [items])
 PyObject* launch_of(const Launch& launch, PyObject* items) {
   return Py_BuildValue("(KLOON)", (unsigned long long)launch.stream, (long long)launch.seq, op_name_of(launch.plan),
-                       launch.site.object ? launch.site.object : Py_None, items);
+                       site_of(launch.site), items);
 }
 
-// The user's stack (torch's gather_traceback: code pointers, symbolized only
-// for a report), or nullptr where this torch has no gather_traceback. GIL held.
-PyObject* user_site() {
+constexpr size_t kMaxKnownCode = 100000;  // code objects whose origin is remembered (exec in a loop makes new ones)
+constexpr size_t kMaxTestFrames = 64;     // test-file frames kept while no other user frame is found
+
+void forget_origins() {
   Tap& t = tap();
-  if (t.gather.object == nullptr || t.gather.object == Py_None) return nullptr;
-  PyObject* site = PyObject_CallFunctionObjArgs(t.gather.object, Py_True, Py_False, Py_False, nullptr);
-  if (site == nullptr) PyErr_Clear();
+  for (auto& entry : t.origins) Py_DECREF(entry.first);
+  t.origins.clear();
+}
+
+int origin_of(PyObject* code) {  // borrowed code object; GIL held
+  Tap& t = tap();
+  auto found = t.origins.find(code);
+  if (found != t.origins.end()) return found->second;
+  PyObject* result = PyObject_CallOneArg(t.site_origin.object, reinterpret_cast<PyCodeObject*>(code)->co_filename);
+  long origin = result != nullptr ? PyLong_AsLong(result) : 0;
+  Py_XDECREF(result);
+  if (PyErr_Occurred()) {
+    PyErr_Clear();
+    origin = 0;
+  }
+  if (t.origins.size() >= kMaxKnownCode) forget_origins();
+  t.origins.emplace(new_ref(code), static_cast<int8_t>(origin));
+  return static_cast<int>(origin);
+}
+
+// The user's frames at this point (frames.py's _select, on code objects), or
+// nullptr where sites are not captured. GIL held. An empty site: no user frame
+// (the autograd engine's threads have no Python frame at all).
+SitePtr user_site() {
+  Tap& t = tap();
+  if (t.site_origin.object == nullptr || t.site_origin.object == Py_None) return nullptr;
+  auto site = std::make_shared<UserSite>();
+  auto& kept = site->frames;
+  int first_non_test = -1;
+  PyFrameObject* frame = PyEval_GetFrame();  // borrowed
+  Py_XINCREF(frame);
+  while (frame != nullptr) {
+    PyObject* code = reinterpret_cast<PyObject*>(PyFrame_GetCode(frame));  // new reference
+    int origin = origin_of(code);
+    bool done = false;
+    if (origin > 0 && kept.size() < t.site_limit + kMaxTestFrames) {
+      if (first_non_test < 0 && origin == 2) first_non_test = static_cast<int>(kept.size());
+#if PY_VERSION_HEX >= 0x030B0000
+      kept.push_back(SiteFrame{code, PyFrame_GetLasti(frame)});
+#else
+      kept.push_back(SiteFrame{code, PyFrame_GetLineNumber(frame)});
+#endif
+      code = nullptr;  // the site owns it now
+      done = first_non_test >= 0 && kept.size() - first_non_test >= t.site_limit;
+    }
+    Py_XDECREF(code);
+    PyFrameObject* back = done ? nullptr : PyFrame_GetBack(frame);  // new reference
+    Py_DECREF(frame);
+    frame = back;
+  }
+  if (first_non_test > 0) {
+    // Code under test is on the stack: the test frames inside it are not the site.
+    for (int i = 0; i < first_non_test; ++i) Py_DECREF(kept[i].code);
+    kept.erase(kept.begin(), kept.begin() + first_non_test);
+  }
+  while (kept.size() > t.site_limit) {
+    Py_DECREF(kept.back().code);
+    kept.pop_back();
+  }
   return site;
 }
 
@@ -461,7 +570,7 @@ Base& base_of(Access& access, const std::shared_ptr<Launch>& launch) {
     generation->id = ++t.generations;
     generation->nbytes = static_cast<int64_t>(access.storage->nbytes());
     generation->stream = launch->stream;
-    generation->site.object = new_ref(launch->site.object);
+    generation->site = launch->site;
     base.generation = std::move(generation);
     base.owner = access.storage.get();
     base.owner_ref = c10::weak_intrusive_ptr<c10::StorageImpl>(access.storage);
@@ -478,7 +587,7 @@ void apply(PendingOp& op) {
   launch->stream = current_stream(op.accesses.front().device);
   launch->seq = ++t.counter;
   note_latest(launch->stream, launch->seq);
-  launch->site.object = user_site();
+  launch->site = user_site();
   bool main = is_main(launch->stream);
   std::vector<Record> flushed;
   std::vector<Record> forwarded;
@@ -517,7 +626,7 @@ PyObject* claim_tensor(const at::Tensor& tensor) {
   Access& access = op.accesses.front();
   auto launch = std::make_shared<Launch>();
   launch->stream = current_stream(access.device);
-  launch->site.object = user_site();  // where the tensor was first seen, if it is a new owner
+  launch->site = user_site();  // where the tensor was first seen, if it is a new owner
   Base& base = base_of(access, launch);
   std::vector<Record> flushed;
   if (!base.shared) flush(base, flushed);
@@ -552,6 +661,7 @@ std::unique_ptr<at::ObserverContext> start_op(const at::RecordFunction& fn) {
   }
   auto op = std::make_unique<PendingOp>();
   op->plan = plan;
+  op->accesses.reserve(plan->args.size() + (plan->output_write ? 1 : 0));
   auto inputs = fn.inputs();
   for (const ArgPlan& arg : plan->args) {
     if (arg.index < static_cast<int>(inputs.size())) add_value(*op, inputs[arg.index], &arg, arg.write);
@@ -611,10 +721,11 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* context) {
 
 // -- Python API -----------------------------------------------------------------
 
-void enable(py::object callback, py::object gather, bool manual_streams) {
+void enable(py::object callback, py::object site_origin, bool manual_streams, size_t site_limit) {
   Tap& t = tap();
   t.callback.reset(new_ref(callback.ptr()));
-  t.gather.reset(new_ref(gather.ptr()));
+  t.site_origin.reset(new_ref(site_origin.ptr()));
+  t.site_limit = site_limit;
   t.manual_streams = manual_streams;
   t.device_type = manual_streams ? c10::DeviceType::CPU : c10::DeviceType::CUDA;
   t.manual_stream = 0;
@@ -639,7 +750,8 @@ void disable() {
   t.dirty.clear();
   t.local_records = 0;
   t.callback.reset();
-  t.gather.reset();
+  t.site_origin.reset();
+  forget_origins();
 }
 
 // -- gpu_trace without a Python round trip per allocation -------------------------
@@ -934,7 +1046,8 @@ py::dict stats() {
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "torchlint race check: the native op tap";
-  m.def("enable", &enable, py::arg("callback"), py::arg("gather"), py::arg("manual_streams") = false);
+  m.def("enable", &enable, py::arg("callback"), py::arg("site_origin"), py::arg("manual_streams") = false,
+        py::arg("site_limit") = 4);
   m.def("disable", &disable);
   m.def("tick", &tick);
   m.def("take_latest", &take_latest);

@@ -17,9 +17,11 @@ of the check: ``race_ops.py`` classifies an op's accesses (the Python twin of
   tap (``race_tap.cpp``, a RecordFunction callback) does this in C++ and hands
   the engine only what can race (``_on_tap``); where it cannot be built, a
   ``TorchDispatchMode`` does it in Python (``_on_op``), with the same results.
-* **Sites**: each analysed op's user stack is captured with
-  ``gather_traceback`` (code pointers, no frame objects) and symbolized only
-  if a report reads it; ops that touch no device memory capture nothing.
+* **Sites**: each analysed op's user stack is captured cheaply and turned
+  into lines only if a report reads it: the native tap keeps the user's frames
+  as code objects and instruction offsets (``user_site`` in ``race_tap.cpp``);
+  the Python side uses ``gather_traceback`` (``race_ops.Site``). Ops that touch
+  no device memory capture nothing.
 * **Kernels that bypass the dispatcher**: Triton's ``JITFunction.run`` is
   wrapped, every CUDA tensor argument counted as read and write on the
   current stream. Other raw launches (pybind extensions) stay invisible.
@@ -73,6 +75,7 @@ from time import perf_counter as _perf_counter
 from . import native_tap, race_hooks, race_ops
 from . import timeline as _timeline
 from .findings import Finding
+from .frames import site_origin as _site_origin
 from .happens_before import AllocInfo, HappensBefore, Race
 from .internal_errors import InternalErrors
 from .patching import Patcher
@@ -82,7 +85,6 @@ from .race_ops import (
     NO_USER_FRAME,
     NO_WRITE_OUTPUT,
     RECORD_STREAM,
-    Site,
     list_labels,
     capture_long_site,
     capture_site,
@@ -280,7 +282,9 @@ class RaceCheck(TorchHooks):
         if tap is not None:
             self._tap = tap
             self._interception = "native tap"
-            tap.enable(self._on_tap, race_ops._gather, self._device_filter != "cuda")
+            # Sites off where Python-side capture is off too (the bench's no-sites mode).
+            site_origin = _site_origin if race_ops._gather is not None else None
+            tap.enable(self._on_tap, site_origin, self._device_filter != "cuda", race_ops.SITE_FRAMES)
             return
         self._interception = "dispatch mode"
         mode_class = race_hooks.make_dispatch_mode()
@@ -420,7 +424,7 @@ class RaceCheck(TorchHooks):
                 [(start, end, is_write, arg, tensor, alloc(base, generation), None, None)
                  for start, end, is_write, arg, tensor, base, generation in items],
                 op,
-                Site(site) if site is not None and race_ops._symbolize is not None else capture_site(),
+                (site or NO_USER_FRAME) if site is not None else capture_site(),
                 seq=seq,
             )
 
@@ -434,7 +438,7 @@ class RaceCheck(TorchHooks):
             return current[1]
         if current is not None:
             self._engine.free(base)  # its previous owner is gone: honour its record_stream pledges
-        where = Site(site) if site is not None and race_ops._symbolize is not None else NO_USER_FRAME
+        where = site or NO_USER_FRAME
         info = self._engine.alloc(base, base + nbytes, self._tap_stream(stream), where, "")
         self._tap_gens[base] = (number, info)
         return info
@@ -635,6 +639,17 @@ class RaceCheck(TorchHooks):
         if base not in self._allocs:
             self._new_alloc(tensor, base)
         self._engine.record_stream(base, key, capture_site())
+
+    def _wait_stream(self, waiter, waitee) -> None:
+        """``waiter.wait_stream(waitee)``, told to the engine once the tap's launches are in it."""
+        engine = self._engine
+        if engine is None:
+            return
+        try:
+            self._sync_tap()
+            engine.wait_stream(self._stream_key(waiter), self._stream_key(waitee), capture_long_site())
+        except Exception as error:  # never break the user's program
+            self._internal_error("wait_stream", error)
 
     def _stream_key(self, stream) -> Hashable:
         raw = getattr(stream, "cuda_stream", None)

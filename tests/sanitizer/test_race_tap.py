@@ -173,3 +173,103 @@ def test_the_gpu_trace_filter_installs_and_restores():
     finally:
         tap.remove_trace_filter()
     assert not tap.trace_filter_installed()
+
+
+def _sites_the_tap_forwards(call):
+    """Run ``call`` with the tap on (CPU tensors, all on a side stream): the site of each launch it forwards."""
+    from torchlint.sanitizer import frames
+
+    tap = native_tap.load(quiet=True)
+    sites = []
+
+    def forwarded(message):
+        if message.__class__ is list:
+            sites.extend(launch[3] for launch in message)
+
+    tap.enable(forwarded, frames.site_origin, True, 4)
+    tap.set_stream(SIDE)
+    try:
+        result = call()
+    finally:
+        tap.set_stream(0)
+        tap.disable()
+    return sites, result
+
+
+def test_the_taps_site_is_the_live_walks_user_frames_with_lines(tmp_path):
+    from san_sync_helpers import write_user_module
+    from torchlint.sanitizer import frames
+
+    model = write_user_module(tmp_path, "tap_site_model", """
+        import torch
+
+        def inner(live):
+            live.append(frames_now())
+            return torch.ones(4).mul_(2)  # THE-OP
+
+        def middle(live):
+            return inner(live)
+
+        def outer(live):
+            return middle(live)
+    """)
+    model.frames_now = lambda: frames.raw_user_stack(limit=4, skip=1)[0]
+    live = []
+    sites, _ = _sites_the_tap_forwards(lambda: model.outer(live))
+    op_line = next(n for n, text in enumerate(open(model.__file__), 1) if "THE-OP" in text)
+    mul = [site for site in sites if site and site[0][1] == op_line]
+    assert mul, sites
+    site = mul[0]
+    # The same frames as the live walk, innermost first, the op's own line first.
+    assert [(f, name) for f, _, name in site] == [(f, name) for f, _, name in live[0]]
+    assert site[0] == (model.__file__, op_line, "inner")
+    assert len(site) <= 4
+
+
+def test_the_taps_site_drops_test_frames_inside_the_code_under_test(tmp_path):
+    from san_sync_helpers import write_user_module
+
+    library = write_user_module(tmp_path, "tap_site_lib", """
+        def run(callback):
+            return callback()  # LIB-CALL
+    """)
+    test_module = write_user_module(tmp_path, "test_tap_site_cb", """
+        import torch
+
+        def callback():
+            return torch.ones(4).mul_(3)  # TEST-OP
+    """)
+    sites, _ = _sites_the_tap_forwards(lambda: library.run(test_module.callback))
+    lib_line = next(n for n, text in enumerate(open(library.__file__), 1) if "LIB-CALL" in text)
+    assert any(site and site[0] == (library.__file__, lib_line, "run") for site in sites), sites
+
+
+def test_wait_stream_reaches_the_engine_once_and_its_inner_event_is_not_counted():
+    from torchlint.sanitizer import race_hooks
+
+    check = make_check("native")
+    try:
+        with check.streams.on(SIDE):
+            x = torch.zeros(64).add_(1)  # made on the side stream
+        default, side = types.SimpleNamespace(cuda_stream=0), types.SimpleNamespace(cuda_stream=SIDE)
+        index = check._engine._index
+        race_hooks._LOCAL.in_wait_stream = True
+        try:
+            # What torch's wait_stream does inside: an event recorded on side, waited on by default.
+            event = object()
+            race_hooks._trace_event_record(event, SIDE)
+            race_hooks._trace_event_wait(event, 0)
+        finally:
+            race_hooks._LOCAL.in_wait_stream = False
+        assert check._engine._index == index  # the wrapper tells the engine, not the inner event
+        check._wait_stream(default, side)
+        note = check._engine.last_sync(0, SIDE)
+        assert note.kind == "wait_stream" and note.site[0][0] == __file__
+        x.sum()  # ordered after the side stream's writes
+        assert check.findings() == []
+        with check.streams.on(SIDE):
+            y = torch.zeros(64)  # after the wait: unordered for the default stream
+        y.sum()
+        assert [f.details["second"]["op"] for f in check.findings()] == ["sum"]
+    finally:
+        check.stop()
