@@ -530,8 +530,7 @@ class HappensBefore:
         clock = self._clock(stream)
         self._events[event] = (dict(clock), stream, site, clock.get(stream, 0))
 
-    def event_wait(self, event: Hashable, stream: Hashable, site: Any = None, kind: str = "event") -> None:
-        """``kind`` names the user's call in reports ("wait_stream" when it built the event)."""
+    def event_wait(self, event: Hashable, stream: Hashable, site: Any = None) -> None:
         self._index = self._tick()
         if self._capture_graph is not None and event in self._captured_events:
             # A fork inside the capture: the waiting stream joins it.
@@ -543,11 +542,8 @@ class HappensBefore:
         if recorded is None:
             return  # waiting on a never-recorded event completes at once
         clock, event_stream, record_site, record_seq = recorded
-        note = SyncNote(kind, stream, event_stream, record_seq, site, event_stream, record_site, self._index)
-        if kind == "event":
-            self._event_waits[(stream, event_stream)] = note
-        else:
-            self._event_waits.pop((stream, event_stream), None)
+        note = SyncNote("event", stream, event_stream, record_seq, site, event_stream, record_site, self._index)
+        self._event_waits[(stream, event_stream)] = note
         self._merge(stream, self._clock(stream), clock, note)
 
     def wait_stream(self, waiter: Hashable, waitee: Hashable, site: Any = None) -> None:
