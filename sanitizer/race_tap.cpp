@@ -258,7 +258,7 @@ struct Tap {
   // counters, for stats()
   std::atomic<uint64_t> ops_seen{0};  // counted off the GIL
   uint64_t ops_recorded = 0, accesses_local = 0, accesses_forwarded = 0, flushes = 0,
-           callback_errors = 0;
+           callback_errors = 0, bases_erased = 0;
 };
 
 Tap& tap() {
@@ -721,8 +721,21 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* context) {
 
 // -- Python API -----------------------------------------------------------------
 
+// A check's figures are its own: the counters restart at every enable (one
+// check at a time holds the tap), so a second session in a process (the next
+// test) does not report the first one's ops or errors as its own.
+void reset_counters(Tap& t) {
+  t.ops_seen.store(0);
+  t.ops_recorded = t.accesses_local = t.accesses_forwarded = t.flushes = t.callback_errors = 0;
+  t.bases_erased = 0;
+  internal_errors.store(0);
+  std::lock_guard<std::mutex> guard(error_lock);
+  first_error.clear();
+}
+
 void enable(py::object callback, py::object site_origin, bool manual_streams, size_t site_limit) {
   Tap& t = tap();
+  reset_counters(t);
   t.callback.reset(new_ref(callback.ptr()));
   t.site_origin.reset(new_ref(site_origin.ptr()));
   t.site_limit = site_limit;
@@ -1004,10 +1017,18 @@ py::object claim(const at::Tensor& tensor) {
 // Drop local records that every stream is already ordered after: ``floor``
 // maps a stream to the seq up to which all present and future streams are
 // ordered after it (the engine's garbage-collection floor).
+// Drops the local history every stream is ordered after (``floor``: stream ->
+// the seq every stream has waited for). A base left with no history whose
+// owner is gone is dropped too: its next owner would start a new generation
+// anyway, so it holds nothing, and a program that touches many short-lived
+// addresses on one stream would otherwise keep one base per address. A shared
+// base stays: the engine still holds its history, and the next owner of its
+// bytes must reach the engine (a reuse the old owner's streams did not wait for).
 void prune(const std::unordered_map<uint64_t, int64_t>& floor) {
   Tap& t = tap();
-  for (auto& entry : t.bases) {
-    auto& history = entry.second.history;
+  for (auto entry = t.bases.begin(); entry != t.bases.end();) {
+    Base& base = entry->second;
+    auto& history = base.history;
     for (auto it = history.begin(); it != history.end();) {
       auto bound = floor.find(it->launch->stream);
       if (bound != floor.end() && it->launch->seq <= bound->second) {
@@ -1016,6 +1037,12 @@ void prune(const std::unordered_map<uint64_t, int64_t>& floor) {
       } else {
         ++it;
       }
+    }
+    if (!base.shared && history.empty() && base.owner_ref.expired()) {
+      entry = t.bases.erase(entry);
+      ++t.bases_erased;
+    } else {
+      ++entry;
     }
   }
 }
@@ -1035,6 +1062,7 @@ py::dict stats() {
   out["flushes"] = t.flushes;
   out["local_records"] = t.local_records;
   out["bases"] = t.bases.size();
+  out["bases_erased"] = t.bases_erased;
   out["callback_errors"] = t.callback_errors;
   out["internal_errors"] = internal_errors.load();
   std::lock_guard<std::mutex> guard(error_lock);

@@ -136,6 +136,7 @@ class RaceCheck(TorchHooks):
         self._internal_streams: set = set()  # a collective backend's own streams (native tap only)
         self._tap_gens: Dict[int, Tuple[int, AllocInfo]] = {}  # base -> (generation, its allocation)
         self._tap_stats: Dict[str, Any] = {}  # the tap's counters, kept at stop()
+        self._tap_pruned_at: Tuple[Dict[int, int], int] = ({}, 0)  # the last prune's floor, the records it kept
         self._trace_filter = None  # the tap, while its gpu_trace filter is installed
         self._gpu_trace_route: Optional[str] = None  # what reaches the check through gpu_trace
         self._interception: Optional[str] = None  # "native tap" or "dispatch mode", once active
@@ -346,10 +347,16 @@ class RaceCheck(TorchHooks):
         engine = self._engine
         for key, seq in tap.take_latest():
             engine.advance(self._tap_stream(key), seq)
-        if tap.local_records() > _TAP_PRUNE_AT:
+        records = tap.local_records()
+        if records > _TAP_PRUNE_AT:
             reverse = {value: key for key, value in self._tap_keys.items()}
             floor = {reverse[stream]: seq for stream, seq in engine.ordered_floor().items() if stream in reverse}
-            tap.prune(floor)
+            # A pass with the floor of the last one drops nothing new unless the
+            # records doubled since: a program that never syncs pays one pass
+            # per doubling, not one per sync point.
+            if floor != self._tap_pruned_at[0] or records > 2 * self._tap_pruned_at[1]:
+                tap.prune(floor)
+                self._tap_pruned_at = (floor, tap.local_records())
 
     def _tap_stream(self, key: int) -> Hashable:
         stream = self._tap_keys.get(key)

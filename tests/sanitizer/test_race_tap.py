@@ -9,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from test_race_check_cpu import SIDE, make_check  # noqa: E402
+from test_race_check_cpu import SIDE, make_check, synced  # noqa: E402
 from torchlint.sanitizer import native_tap, races  # noqa: E402
 
 
@@ -151,6 +151,74 @@ def test_history_every_stream_is_ordered_after_is_pruned_from_the_tap(monkeypatc
         assert check.findings() == []
     finally:
         check.stop()
+
+
+def test_a_prune_that_could_drop_nothing_waits_for_a_sync_or_twice_the_records(monkeypatch):
+    check = make_check("native")
+    tap = check._tap
+    passes = []
+    real_prune = tap.prune
+    monkeypatch.setattr(tap, "prune", lambda floor: passes.append(dict(floor)) or real_prune(floor))
+    monkeypatch.setattr(races, "_TAP_PRUNE_AT", 0)
+    try:
+        keep = [torch.zeros(16).add_(1) for _ in range(4)]
+        with check.streams.on(SIDE):
+            torch.ones(4).sum()
+        check._sync_tap()  # nothing is ordered yet: the pass drops nothing
+        held = tap.local_records()
+        assert len(passes) == 1 and held >= 4
+        for _ in range(3):
+            check._sync_tap()  # same floor, no new records: no new pass
+        assert len(passes) == 1
+        while tap.local_records() <= 2 * held:
+            keep.append(torch.zeros(16).add_(1))  # new ranges, until the records doubled
+        check._sync_tap()
+        assert len(passes) == 2
+        check._engine.device_sync()  # a new floor: everything so far can go
+        check._sync_tap()
+        assert len(passes) == 3 and tap.local_records() == 0
+    finally:
+        check.stop()
+
+
+def test_a_dead_tensors_base_goes_with_its_pruned_history_and_a_live_ones_stays(monkeypatch):
+    check = make_check("native")
+    tap = check._tap
+    try:
+        keep = torch.zeros(16).add_(1)
+        gone = [torch.zeros(16).add_(1) for _ in range(8)]
+        with check.streams.on(SIDE):
+            torch.ones(4).sum()
+        bases_before = tap.stats()["bases"]
+        del gone
+        monkeypatch.setattr(races, "_TAP_PRUNE_AT", 0)
+        synced(check).device_sync()  # the host waited for everything so far
+        check._sync_tap()
+        stats = tap.stats()
+        assert stats["bases_erased"] >= 8 and stats["bases"] <= bases_before - 8, stats
+        with check.streams.on(SIDE):
+            keep.sum()  # the live base kept its generation: ordered after the sync, no finding
+        assert check.findings() == []
+    finally:
+        check.stop()
+
+
+def test_a_second_checks_tap_counters_start_from_zero():
+    def run():
+        check = make_check("native")
+        try:
+            x = torch.zeros(32)
+            for _ in range(5):
+                x.add_(torch.ones(32))
+            with check.streams.on(SIDE):
+                x.sum()
+        finally:
+            check.stop()
+        return check.summary()["native_tap"]
+
+    first, second = run(), run()
+    for counter in ("ops_recorded", "accesses_local", "accesses_forwarded", "flushes"):
+        assert second[counter] == first[counter] > 0, (counter, first, second)
 
 
 def test_the_memory_registries_the_check_quiets_exist_in_this_torch():
