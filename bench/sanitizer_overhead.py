@@ -13,6 +13,17 @@ only ever adds time; the median is kept in the JSON). The parent prints one tabl
 the ratio of each mode to the baseline of the same workload, taken in this
 run, next to the targets.
 
+With ``--paired`` each torchlint mode is timed against the baseline window
+by window in one process (``run_paired_child``), and the table adds the
+median of the pairwise ratios with a distribution-free 95% interval
+(``median_interval``) and a verdict against the target: ``met`` when the
+whole interval is within it, ``over`` when all of it is above, otherwise
+``unresolved``. ``baseline-2`` is then paired with itself (an A/A pair): its
+interval is how far a ratio strays in this run with nothing to measure, the
+run's resolution. On a shared host a ratio whose interval spans its target
+is not a result either way; more ``--repeats`` narrow it (about as
+1/sqrt(repeats)).
+
 Extending it: a workload is a function in ``WORKLOADS`` that takes the torch
 module and returns a zero-argument ``step()``; a mode is an entry in ``MODES``
 with the sanitizer checks to turn on and/or a ``setup`` run before the
@@ -24,6 +35,7 @@ import argparse
 import dataclasses
 import gc
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -216,6 +228,12 @@ class Mode:
     checks: Optional[FrozenSet[str]] = None  # None: no torchlint session
     setup: Optional[Callable] = None  # called with torch before the workload is built
     step_fraction: float = 1.0  # slow modes time fewer steps
+    # --paired: timed against itself window by window, as the torchlint modes are
+    # against the baseline (an A/A pair): how far a ratio strays with nothing to measure.
+    null_pair: bool = False
+
+    def is_paired(self) -> bool:
+        return self.checks is not None or self.null_pair
 
 
 MODES: List[Mode] = [
@@ -227,7 +245,8 @@ MODES: List[Mode] = [
     Mode("race-python", frozenset({"race"}), setup=use_python_dispatch_mode),
     Mode("all", frozenset({"sync", "memory", "race"})),
     # The baseline again, in its own process: the spread between the two is the run's noise.
-    Mode("baseline-2"),
+    # With --paired it is paired with itself, so its interval is the noise of the paired ratios.
+    Mode("baseline-2", null_pair=True),
     Mode("csan", setup=enable_csan, step_fraction=0.2),
     Mode("sync+memory-no-watcher", frozenset({"sync", "memory"}), setup=without_memory_watcher),
     Mode("sync+memory-no-nvml", frozenset({"sync", "memory"}), setup=without_nvml),
@@ -334,7 +353,7 @@ def run_paired_child(workload: str, mode_name: str, steps: int, repeats: int, wa
         step()
     synchronize()
 
-    steps_in_sessions = [0]  # the tap's counters run on across sessions: per-step figures divide by this
+    steps_in_session = [0]  # the tap's counters restart with each session: its figures divide by its steps
 
     def window(counted: Optional[List[int]] = None) -> float:
         gc.collect()
@@ -354,10 +373,13 @@ def run_paired_child(workload: str, mode_name: str, steps: int, repeats: int, wa
         return elapsed * 1000.0 / steps
 
     def checked_window() -> float:
+        if mode.checks is None:  # the A/A pair: the same plain window in the other arm
+            return window()
         session = SanitizerSession(checks=mode.checks)
         session.start()
+        steps_in_session[0] = 0
         try:
-            return window(steps_in_sessions)
+            return window(steps_in_session)
         finally:
             session.stop()
             last["session"] = session
@@ -371,14 +393,54 @@ def run_paired_child(workload: str, mode_name: str, steps: int, repeats: int, wa
         else:
             mode_times.append(checked_window())
             base_times.append(window())
-    session = last["session"]
     result: Dict[str, object] = {"workload": workload, "mode": mode_name, "paired": True,
                                  "ms_per_step": min(mode_times), "baseline_ms": min(base_times),
                                  "all_ms": mode_times, "all_baseline_ms": base_times, "steps": steps}
-    result.update(_what_the_session_saw(session))
-    if "race" in result:
-        result["steps_run"] = steps_in_sessions[0]
+    session = last.get("session")
+    if session is not None:
+        result.update(_what_the_session_saw(session))
+        if "race" in result:
+            result["steps_run"] = steps_in_session[0]
     return result
+
+
+# --- statistics ---------------------------------------------------------------------
+
+def median_interval(values: List[float], confidence: float = 0.95):
+    """``(median, low, high, coverage)`` of ``values``; low/high None for fewer than 6 values.
+
+    Distribution-free: ``[x(k), x(n+1-k)]`` of the sorted values, with the
+    largest ``k`` whose binomial tail ``P(Binom(n, 1/2) < k)`` is at most
+    ``(1 - confidence) / 2``; ``coverage`` is that interval's exact
+    confidence (at least ``confidence``). It assumes only that the pairs are
+    independent draws around one median, nothing about the noise's shape,
+    which on a shared host is anything but normal.
+    """
+    ordered = sorted(values)
+    n = len(ordered)
+    median = statistics.median(ordered) if ordered else float("nan")
+    tail = (1.0 - confidence) / 2.0
+    below, k = 0.0, 0
+    for i in range(n):
+        below += math.comb(n, i) / 2.0 ** n  # P(X <= i)
+        if below > tail:
+            break
+        k = i + 1
+    if k == 0:
+        return median, None, None, None
+    coverage = 1.0 - 2.0 * sum(math.comb(n, i) for i in range(k)) / 2.0 ** n
+    return median, ordered[k - 1], ordered[n - k], coverage
+
+
+def verdict(target: Optional[float], low: Optional[float], high: Optional[float]) -> str:
+    """``met`` when the whole interval is within the target, ``over`` when all of it is above, else unresolved."""
+    if target is None or low is None or high is None:
+        return ""
+    if high <= target:
+        return "met"
+    if low > target:
+        return "over"
+    return "unresolved"
 
 
 # --- parent: every pair in a fresh process, one table -----------------------------------
@@ -426,7 +488,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             command = [sys.executable, os.path.abspath(__file__), "--child", workload, mode,
                        "--steps", str(options.steps), "--repeats", str(options.repeats),
                        "--warmup", str(options.warmup)]
-            if options.paired and {m.name: m for m in MODES}[mode].checks is not None:
+            if options.paired and {m.name: m for m in MODES}[mode].is_paired():
                 command += ["--paired-child", "--settle", str(options.settle)]
             began = time.perf_counter()
             try:
@@ -456,22 +518,30 @@ def main(argv: Optional[List[str]] = None) -> int:
         results.append(best)
 
     baselines = {r["workload"]: r["ms_per_step"] for r in results if r["mode"] == "baseline" and "error" not in r}
-    print(f"{'workload':20s} {'mode':12s} {'ms/step':>9s} {'x base':>7s} {'target':>7s}  notes"
-          f"{'  (fastest of ' + str(options.rounds) + ' rounds)' if options.rounds > 1 else ''}")
+    print(f"{'workload':20s} {'mode':12s} {'ms/step':>9s} {'x base':>7s} {'pairwise [95% CI]':>22s} {'target':>7s}"
+          f" {'verdict':>10s}  notes{'  (fastest of ' + str(options.rounds) + ' rounds)' if options.rounds > 1 else ''}")
     for r in results:
         target = TARGETS.get((r["workload"], r["mode"]))
         target_text = f"{target:.2f}" if target else ""
         if "error" in r:
-            print(f"{r['workload']:20s} {r['mode']:12s} {'-':>9s} {'-':>7s} {target_text:>7s}  error: {r['error']}")
+            print(f"{r['workload']:20s} {r['mode']:12s} {'-':>9s} {'-':>7s} {'':>22s} {target_text:>7s}"
+                  f" {'':>10s}  error: {r['error']}")
             continue
         base = r.get("baseline_ms") if r.get("paired") else baselines.get(r["workload"])
         ratio = r["ms_per_step"] / base if base else float("nan")
         r["ratio"] = ratio
+        pair_text, judged = "", ""
+        if r.get("paired"):
+            median, low, high, coverage = median_interval(
+                [m / b for m, b in zip(r["all_ms"], r["all_baseline_ms"])])
+            r["pairwise"] = {"median": median, "low": low, "high": high, "coverage": coverage}
+            pair_text = f"{median:.3f}" + (f" [{low:.3f}, {high:.3f}]" if low is not None else " [too few]")
+            judged = verdict(target, low, high)
         notes = ""
         if len(r.get("rounds_ms", [])) > 1:
             notes = "rounds " + "/".join(f"{v:.3f}" for v in r["rounds_ms"]) + "  "
         if r.get("paired"):
-            notes += f"paired: {r['baseline_ms']:.3f} ms/step without the session in the same process  "
+            notes += f"{r['baseline_ms']:.3f} ms/step in the other arm  "
         if r.get("allocations_per_step"):
             notes += f"{r['allocations_per_step']:.0f} allocs/step  "
         race = r.get("race") or {}
@@ -486,7 +556,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             notes += "]  "
         if r.get("findings"):
             notes += f"{len(r['findings'])} finding(s): " + ", ".join(r["findings"][:3])
-        print(f"{r['workload']:20s} {r['mode']:12s} {r['ms_per_step']:9.3f} {ratio:7.3f} {target_text:>7s}  {notes}")
+        print(f"{r['workload']:20s} {r['mode']:12s} {r['ms_per_step']:9.3f} {ratio:7.3f} {pair_text:>22s}"
+              f" {target_text:>7s} {judged:>10s}  {notes}")
     if options.json:
         with open(options.json, "w", encoding="utf-8") as handle:
             json.dump(results, handle, indent=2)
