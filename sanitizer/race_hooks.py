@@ -263,19 +263,19 @@ class TorchHooks:
         def synchronize(*args, **kwargs):
             result = original_synchronize(*args, **kwargs)
             if _ACTIVE is check and check._engine is None:
-                check._host_synced("torch.cuda.synchronize()")
+                check._host_synced()  # torch.cuda.synchronize()
             return result
 
         def stream_synchronize(this):
             result = original_stream_synchronize(this)
             if _ACTIVE is check and check._engine is None:
-                check._host_synced("Stream.synchronize()")
+                check._host_synced()  # Stream.synchronize()
             return result
 
         def event_synchronize(this):
             result = original_event_synchronize(this)
             if _ACTIVE is check and check._engine is None:
-                check._host_synced("Event.synchronize()")
+                check._host_synced()  # Event.synchronize()
             return result
 
         self._patch(cuda, "synchronize", synchronize)
@@ -294,7 +294,7 @@ class TorchHooks:
         """
         def on_sync() -> bool:
             if _ACTIVE is self and self._engine is None:
-                self._host_synced("a synchronizing call (.item(), .cpu(), a blocking copy...)")
+                self._host_synced()  # a synchronizing call (.item(), .cpu(), a blocking copy...)
             # Swallowed when the mode is on for this check only (the user did not
             # ask to see these); handed on to the sync check's hook when it runs.
             return self._previous_sync_mode is not None and not self._sync_check_running()

@@ -178,7 +178,7 @@ class RaceCheck(TorchHooks):
                 # Work issued before the check existed is finished when its
                 # history begins: one device sync per session, not a guess.
                 torch._C._cuda_synchronize()
-                self._host_synced("the race check's start")
+                self._host_synced()  # the race check's start
             else:
                 # Nothing was issued yet: the start orders what follows as a
                 # sync would, and counts as one (the same report either way).
@@ -460,7 +460,7 @@ class RaceCheck(TorchHooks):
             self._internal_error("memory_snapshot", error)
             return None
 
-    def _host_synced(self, kind: str) -> None:
+    def _host_synced(self) -> None:
         """A host sync before activation: every block live now is finished from here on."""
         if self._engine is not None or not self._started:
             return  # once active, gpu_trace hands syncs to the engine
