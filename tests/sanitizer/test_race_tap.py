@@ -13,14 +13,18 @@ from test_race_check_cpu import SIDE, make_check, synced  # noqa: E402
 from torchlint.sanitizer import native_tap, races  # noqa: E402
 
 
+def _default_stream_writes_then_a_side_stream_read(check):
+    x = torch.zeros(32)
+    for _ in range(5):
+        x.add_(torch.ones(32))
+    with check.streams.on(SIDE):
+        x.sum()
+
+
 def test_the_tap_is_what_sees_the_ops_and_its_counters_reach_the_summary():
     check = make_check("native")
     try:
-        x = torch.zeros(32)
-        for _ in range(5):
-            x.add_(torch.ones(32))
-        with check.streams.on(SIDE):
-            x.sum()
+        _default_stream_writes_then_a_side_stream_read(check)
         summary = check.summary()
     finally:
         check.stop()
@@ -207,11 +211,7 @@ def test_a_second_checks_tap_counters_start_from_zero():
     def run():
         check = make_check("native")
         try:
-            x = torch.zeros(32)
-            for _ in range(5):
-                x.add_(torch.ones(32))
-            with check.streams.on(SIDE):
-                x.sum()
+            _default_stream_writes_then_a_side_stream_read(check)
         finally:
             check.stop()
         return check.summary()["native_tap"]
