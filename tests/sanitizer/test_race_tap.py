@@ -217,7 +217,8 @@ def test_a_second_checks_tap_counters_start_from_zero():
         return check.summary()["native_tap"]
 
     first, second = run(), run()
-    for counter in ("ops_recorded", "accesses_local", "accesses_forwarded", "flushes"):
+    # Flushes are left out: they depend on which addresses malloc hands back.
+    for counter in ("ops_seen", "ops_recorded", "accesses_local", "accesses_forwarded"):
         assert second[counter] == first[counter] > 0, (counter, first, second)
 
 
