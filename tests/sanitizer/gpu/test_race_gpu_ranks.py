@@ -1,8 +1,8 @@
-"""Two processes on one GPU (gloo): one race report per rank, merged; collectives tracked as in one process.
+"""Two ranks: one race report per rank, merged; collectives tracked as in one process.
 
-Runs under the native tap and the dispatch-mode fallback. Multi-GPU machines
-(NCCL, one GPU per rank) are not lent to this project now; the same script
-runs there unchanged with ``backend="nccl"``.
+Two processes on one GPU through gloo, and, on a machine with two GPUs, one
+GPU per rank through NCCL; each under the native tap and the dispatch-mode
+fallback.
 """
 import json
 import os
@@ -17,11 +17,13 @@ torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.gpu
 
 SCRIPT = textwrap.dedent("""
+    import os
     import torch
     import torch.distributed as dist
 
-    dist.init_process_group("gloo")
-    torch.cuda.set_device(0)
+    backend = os.environ["TEST_BACKEND"]
+    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]) if backend == "nccl" else 0)
+    dist.init_process_group(backend)
     x = torch.ones(1 << 20, device="cuda")
     work = dist.all_reduce(x, async_op=True)
     y = x * 2  # RACY: x is read before work.wait()
@@ -36,13 +38,16 @@ SCRIPT = textwrap.dedent("""
 
 
 @pytest.mark.parametrize("interception", ["native", "python"])
-def test_two_ranks_on_one_gpu_give_one_merged_race_report(tmp_path, interception):
+@pytest.mark.parametrize("backend", ["gloo", "nccl"])
+def test_two_ranks_give_one_merged_race_report(tmp_path, interception, backend):
     import torch.distributed as dist
 
-    if not dist.is_available() or not dist.is_gloo_available():
-        pytest.skip("gloo is not available")
+    if not dist.is_available() or not getattr(dist, f"is_{backend}_available")():
+        pytest.skip(f"{backend} is not available")
+    if backend == "nccl" and torch.cuda.device_count() < 2:
+        pytest.skip("NCCL runs one rank per GPU: needs two GPUs")
     (tmp_path / "train.py").write_text(SCRIPT)
-    env = dict(os.environ, TORCHLINT_RACE_TAP=interception, OMP_NUM_THREADS="1")
+    env = dict(os.environ, TORCHLINT_RACE_TAP=interception, OMP_NUM_THREADS="1", TEST_BACKEND=backend)
     done = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
          "-m", "torchlint.sanitizer", "--checks", "race", "--report-json", "out/report.json", "train.py"],
@@ -52,7 +57,8 @@ def test_two_ranks_on_one_gpu_give_one_merged_race_report(tmp_path, interception
     merged = json.loads((tmp_path / "out" / "report.json").read_text())
     racy = next(n for n, text in enumerate(SCRIPT.splitlines(), 1) if "RACY" in text)
     assert merged["world_size"] == 2
-    # gloo copies through its own stream too: the racy line may race with that copy as well, never the correct one.
+    # The collective writes x on its own stream (gloo copies through one too): the read before
+    # work.wait() races with it, the read after never does.
     assert {(f["rank"], f["line"]) for f in merged["findings"]} == {(0, racy), (1, racy)}, merged["findings"]
     for entry in merged["ranks"]:
         assert entry["race"]["active"] and entry["race"]["activation_reason"] == "a collective was issued"
