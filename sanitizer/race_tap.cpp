@@ -156,8 +156,6 @@ std::unique_ptr<Plan> make_plan(const c10::FunctionSchema& schema) {
 
 const ArgPlan kResult{-1, true, false, "result"};
 
-// -- what is recorded -----------------------------------------------------------
-
 // -- user sites -------------------------------------------------------------------
 //
 // A site is the user's frames at an op, innermost first: the frames.py
@@ -185,6 +183,8 @@ struct UserSite {  // shared by an op's records and a generation; freed under th
 };
 
 using SitePtr = std::shared_ptr<UserSite>;
+
+// -- what is recorded -----------------------------------------------------------
 
 struct Generation {  // one owner (storage) of a base: who first touched it, and where
   uint64_t id = 0;
@@ -726,8 +726,7 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* context) {
 // test) does not report the first one's ops or errors as its own.
 void reset_counters(Tap& t) {
   t.ops_seen.store(0);
-  t.ops_recorded = t.accesses_local = t.accesses_forwarded = t.flushes = t.callback_errors = 0;
-  t.bases_erased = 0;
+  t.ops_recorded = t.accesses_local = t.accesses_forwarded = t.flushes = t.callback_errors = t.bases_erased = 0;
   internal_errors.store(0);
   std::lock_guard<std::mutex> guard(error_lock);
   first_error.clear();
@@ -1014,11 +1013,9 @@ py::object claim(const at::Tensor& tensor) {
   return claimed ? py::reinterpret_steal<py::object>(claimed) : py::none();
 }
 
-// Drop local records that every stream is already ordered after: ``floor``
-// maps a stream to the seq up to which all present and future streams are
-// ordered after it (the engine's garbage-collection floor).
 // Drops the local history every stream is ordered after (``floor``: stream ->
-// the seq every stream has waited for). A base left with no history whose
+// the seq up to which all present and future streams are ordered after it, the
+// engine's garbage-collection floor). A base left with no history whose
 // owner is gone is dropped too: its next owner would start a new generation
 // anyway, so it holds nothing, and a program that touches many short-lived
 // addresses on one stream would otherwise keep one base per address. A shared
