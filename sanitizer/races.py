@@ -136,7 +136,8 @@ class RaceCheck(TorchHooks):
         self._internal_streams: set = set()  # a collective backend's own streams (native tap only)
         self._tap_gens: Dict[int, Tuple[int, AllocInfo]] = {}  # base -> (generation, its allocation)
         self._tap_stats: Dict[str, Any] = {}  # the tap's counters, kept at stop()
-        self._tap_pruned_at: Tuple[Dict[int, int], int] = ({}, 0)  # the last prune's floor, the records it kept
+        self._last_prune_floor: Optional[Dict[int, int]] = None  # the floor the tap was last pruned to
+        self._records_left_by_prune = 0  # local records that prune could not drop
         self._trace_filter = None  # the tap, while its gpu_trace filter is installed
         self._gpu_trace_route: Optional[str] = None  # what reaches the check through gpu_trace
         self._interception: Optional[str] = None  # "native tap" or "dispatch mode", once active
@@ -354,9 +355,10 @@ class RaceCheck(TorchHooks):
             # A pass with the floor of the last one drops nothing new unless the
             # records doubled since: a program that never syncs pays one pass
             # per doubling, not one per sync point.
-            if floor != self._tap_pruned_at[0] or records > 2 * self._tap_pruned_at[1]:
+            if floor != self._last_prune_floor or records > 2 * self._records_left_by_prune:
                 tap.prune(floor)
-                self._tap_pruned_at = (floor, tap.local_records())
+                self._last_prune_floor = floor
+                self._records_left_by_prune = tap.local_records()
 
     def _tap_stream(self, key: int) -> Hashable:
         stream = self._tap_keys.get(key)
