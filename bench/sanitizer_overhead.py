@@ -328,10 +328,11 @@ def run_paired_child(workload: str, mode_name: str, steps: int, repeats: int, wa
 
     A torchlint session can be stopped and leaves nothing behind (hooks
     removed, the tap and its gpu_trace filter off), so each repeat times a
-    window without a session and a window under a fresh one (started, three
-    steps to switch its checks on, then timed), in alternating order. Slow
-    drifts of the host (clocks, neighbours) then hit both alike; the ratio is
-    fastest window under the mode over fastest window without it.
+    window without a session and a window under a fresh one, in alternating
+    order. Slow drifts of the host (clocks, neighbours) then hit both alike.
+    The result keeps every window of both arms; the parent takes fastest over
+    fastest and the median of the pairwise ratios (``median_interval``). A
+    mode with no checks (``baseline-2``) times the plain step in both arms.
 
     Before every window, in both arms, the step runs for ``settle_s`` seconds
     after a garbage collection: what is timed is the steady per-step cost.
@@ -420,16 +421,15 @@ def median_interval(values: List[float], confidence: float = 0.95):
     n = len(ordered)
     median = statistics.median(ordered) if ordered else float("nan")
     tail = (1.0 - confidence) / 2.0
-    below, k = 0.0, 0
-    for i in range(n):
-        below += math.comb(n, i) / 2.0 ** n  # P(X <= i)
-        if below > tail:
+    k, outside = 0, 0.0  # outside: P(X < k), the mass beyond each end of [x(k), x(n+1-k)]
+    while k < n:
+        beyond = outside + math.comb(n, k) / 2.0 ** n  # P(X < k + 1)
+        if beyond > tail:
             break
-        k = i + 1
+        k, outside = k + 1, beyond
     if k == 0:
         return median, None, None, None
-    coverage = 1.0 - 2.0 * sum(math.comb(n, i) for i in range(k)) / 2.0 ** n
-    return median, ordered[k - 1], ordered[n - k], coverage
+    return median, ordered[k - 1], ordered[n - k], 1.0 - 2.0 * outside
 
 
 def verdict(target: Optional[float], low: Optional[float], high: Optional[float]) -> str:
