@@ -21,8 +21,11 @@ whole interval is within it, ``over`` when all of it is above, otherwise
 ``unresolved``. ``baseline-2`` is then paired with itself (an A/A pair): its
 interval is how far a ratio strays in this run with nothing to measure, the
 run's resolution. On a shared host a ratio whose interval spans its target
-is not a result either way; more ``--repeats`` narrow it (about as
-1/sqrt(repeats)).
+is not a result either way; more pairs narrow it (about as 1/sqrt(pairs)):
+``--cell-seconds`` runs pairs for a time instead of ``--repeats`` times,
+``--tight-cell-seconds`` gives the cells with the tightest targets (1.05x
+or less) longer, and ``--window-seconds`` makes a fast step's windows as
+long as a slow one's.
 
 Extending it: a workload is a function in ``WORKLOADS`` that takes the torch
 module and returns a zero-argument ``step()``; a mode is an entry in ``MODES``
@@ -41,7 +44,7 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Callable, Dict, FrozenSet, List, Optional
+from typing import Callable, Dict, FrozenSet, List, Optional, Tuple
 
 
 # --- workloads ------------------------------------------------------------------
@@ -323,7 +326,8 @@ def _what_the_session_saw(session) -> Dict[str, object]:
 
 
 def run_paired_child(workload: str, mode_name: str, steps: int, repeats: int, warmup: int,
-                     settle_s: float = 0.2) -> Dict[str, object]:
+                     settle_s: float = 0.2, cell_seconds: Optional[float] = None,
+                     window_seconds: Optional[float] = None) -> Dict[str, object]:
     """One torchlint mode against the baseline in the same process, window by window.
 
     A torchlint session can be stopped and leaves nothing behind (hooks
@@ -339,6 +343,11 @@ def run_paired_child(workload: str, mode_name: str, steps: int, repeats: int, wa
     A fresh session's first moments (its watcher's first look, the first
     snapshot, the last session's garbage) are the sanitizer's own start-up,
     which a real run pays once, not once per 30 steps.
+
+    ``cell_seconds`` runs pairs for that long instead of ``repeats`` times
+    (``alternate_pairs``); ``window_seconds`` sizes a window in time instead
+    of ``steps``, from the step time measured after warm-up, the same size
+    in both arms.
     """
     import torch
 
@@ -353,6 +362,8 @@ def run_paired_child(workload: str, mode_name: str, steps: int, repeats: int, wa
     for _ in range(warmup):
         step()
     synchronize()
+    if window_seconds:
+        steps = steps_for_window(step, synchronize, window_seconds)
 
     steps_in_session = [0]  # the tap's counters restart with each session: its figures divide by its steps
 
@@ -386,14 +397,7 @@ def run_paired_child(workload: str, mode_name: str, steps: int, repeats: int, wa
             last["session"] = session
 
     last: Dict[str, object] = {}
-    base_times, mode_times = [], []
-    for index in range(repeats):
-        if index % 2 == 0:
-            base_times.append(window())
-            mode_times.append(checked_window())
-        else:
-            mode_times.append(checked_window())
-            base_times.append(window())
+    base_times, mode_times = alternate_pairs(window, checked_window, repeats, cell_seconds)
     result: Dict[str, object] = {"workload": workload, "mode": mode_name, "paired": True,
                                  "ms_per_step": min(mode_times), "baseline_ms": min(base_times),
                                  "all_ms": mode_times, "all_baseline_ms": base_times, "steps": steps}
@@ -405,7 +409,47 @@ def run_paired_child(workload: str, mode_name: str, steps: int, repeats: int, wa
     return result
 
 
+def steps_for_window(step: Callable[[], None], synchronize: Callable[[], None], window_seconds: float,
+                     clock: Callable[[], float] = time.perf_counter) -> int:
+    """How many steps fill ``window_seconds``, from one timed run of steps at least a tenth that long."""
+    count, start = 0, clock()
+    while clock() - start < window_seconds / 10 or count < 3:
+        step()
+        count += 1
+    synchronize()
+    per_step = (clock() - start) / count
+    return max(3, round(window_seconds / per_step))
+
+
+def alternate_pairs(plain: Callable[[], float], checked: Callable[[], float], repeats: int,
+                    seconds: Optional[float] = None,
+                    clock: Callable[[], float] = time.perf_counter) -> Tuple[List[float], List[float]]:
+    """Pairs of (plain, checked) windows, which one runs first alternating from pair to pair.
+
+    ``repeats`` pairs, or with ``seconds`` as many as fit in that time and
+    at least ``MIN_PAIRS`` (the fewest ``median_interval`` gives an interval
+    for). When to stop depends on the clock only, never on the ratios seen
+    so far: stopping once an interval looked decided would make it lie.
+    """
+    plain_times: List[float] = []
+    checked_times: List[float] = []
+    began = clock()
+    index = 0
+    while (index < repeats if seconds is None else index < MIN_PAIRS or clock() - began < seconds):
+        if index % 2 == 0:
+            plain_times.append(plain())
+            checked_times.append(checked())
+        else:
+            checked_times.append(checked())
+            plain_times.append(plain())
+        index += 1
+    return plain_times, checked_times
+
+
 # --- statistics ---------------------------------------------------------------------
+
+MIN_PAIRS = 6  # with fewer, no order statistics hold the median at 95%
+
 
 def median_interval(values: List[float], confidence: float = 0.95):
     """``(median, low, high, coverage)`` of ``values``; low/high None for fewer than 6 values.
@@ -445,6 +489,22 @@ def verdict(target: Optional[float], low: Optional[float], high: Optional[float]
 
 # --- parent: every pair in a fresh process, one table -----------------------------------
 
+TIGHT_TARGET = 1.05  # cells judged against this or less need the narrowest intervals
+
+
+def cell_seconds(options: argparse.Namespace, target: Optional[float]) -> Optional[float]:
+    """How long a paired cell runs pairs (None: ``--repeats`` pairs)."""
+    if target is not None and target <= TIGHT_TARGET and options.tight_cell_seconds:
+        return options.tight_cell_seconds
+    return options.cell_seconds
+
+
+def seconds_of(command: List[str]) -> Optional[float]:
+    """The ``--cell-seconds`` a child command was given, which its timeout must allow on top."""
+    if "--cell-seconds" in command:
+        return float(command[command.index("--cell-seconds") + 1])
+    return None
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=50)
@@ -459,6 +519,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--json", default=None, metavar="PATH", help="also write the results as JSON")
     parser.add_argument("--settle", type=float, default=0.2, metavar="SECONDS",
                         help="--paired: seconds of steps (after a gc) before every window, in both arms")
+    parser.add_argument("--cell-seconds", type=float, default=None, metavar="SECONDS",
+                        help="--paired: run pairs for this long per (workload, mode) instead of --repeats times")
+    parser.add_argument("--tight-cell-seconds", type=float, default=None, metavar="SECONDS",
+                        help="--paired: the same for cells with a target of 1.05x or less, where the interval "
+                             "must be narrowest (default: --cell-seconds)")
+    parser.add_argument("--window-seconds", type=float, default=None, metavar="SECONDS",
+                        help="--paired: size every window in time, not --steps (a fast step gets more steps)")
     parser.add_argument("--paired", action="store_true",
                         help="torchlint modes: time windows with and without a session alternately in one process "
                              "and take the ratio there (see run_paired_child); other modes run as usual")
@@ -469,7 +536,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if options.child:
         if options.paired_child:
             result = run_paired_child(options.child[0], options.child[1], options.steps, options.repeats,
-                                      options.warmup, options.settle)
+                                      options.warmup, options.settle, options.cell_seconds, options.window_seconds)
         else:
             result = run_child(options.child[0], options.child[1], options.steps, options.repeats, options.warmup)
         print("RESULT " + json.dumps(result))
@@ -490,12 +557,18 @@ def main(argv: Optional[List[str]] = None) -> int:
                        "--warmup", str(options.warmup)]
             if options.paired and {m.name: m for m in MODES}[mode].is_paired():
                 command += ["--paired-child", "--settle", str(options.settle)]
+                seconds = cell_seconds(options, TARGETS.get((workload, mode)))
+                if seconds:
+                    command += ["--cell-seconds", str(seconds)]
+                if options.window_seconds:
+                    command += ["--window-seconds", str(options.window_seconds)]
             began = time.perf_counter()
+            timeout = options.timeout + (seconds_of(command) or 0.0)
             try:
-                done = subprocess.run(command, capture_output=True, text=True, timeout=options.timeout)
+                done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
             except subprocess.TimeoutExpired:
                 rounds.setdefault((workload, mode), []).append(
-                    {"workload": workload, "mode": mode, "error": f"timed out after {options.timeout:.0f}s"})
+                    {"workload": workload, "mode": mode, "error": f"timed out after {timeout:.0f}s"})
                 continue
             line = next((l for l in reversed(done.stdout.splitlines()) if l.startswith("RESULT ")), None)
             if done.returncode != 0 or line is None:
@@ -541,7 +614,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         if len(r.get("rounds_ms", [])) > 1:
             notes = "rounds " + "/".join(f"{v:.3f}" for v in r["rounds_ms"]) + "  "
         if r.get("paired"):
-            notes += f"{r['baseline_ms']:.3f} ms/step in the other arm  "
+            notes += (f"{r['baseline_ms']:.3f} ms/step in the other arm, {len(r['all_ms'])} pairs"
+                      f" of {r['steps']} steps  ")
         if r.get("allocations_per_step"):
             notes += f"{r['allocations_per_step']:.0f} allocs/step  "
         race = r.get("race") or {}

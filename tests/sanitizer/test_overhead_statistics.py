@@ -54,3 +54,58 @@ def test_baseline_2_is_paired_with_itself_and_csan_is_not(bench):
     assert modes["baseline-2"].is_paired() and modes["baseline-2"].checks is None
     assert modes["sync+memory"].is_paired()
     assert not modes["csan"].is_paired() and not modes["baseline"].is_paired()
+
+
+class _Clock:
+    """A clock that advances only when a window 'runs'."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_pairs_alternate_which_arm_runs_first(bench):
+    order = []
+    plain = lambda: order.append("plain") or 1.0  # noqa: E731
+    checked = lambda: order.append("checked") or 2.0  # noqa: E731
+    plain_times, checked_times = bench.alternate_pairs(plain, checked, repeats=3)
+    assert order == ["plain", "checked", "checked", "plain", "plain", "checked"]
+    assert (plain_times, checked_times) == ([1.0] * 3, [2.0] * 3)
+
+
+def test_a_time_boxed_cell_runs_pairs_until_its_time_is_up_and_never_fewer_than_an_interval_needs(bench):
+    clock = _Clock()
+
+    def window() -> float:
+        clock.now += 0.5
+        return 1.0
+
+    plain_times, _ = bench.alternate_pairs(window, window, repeats=3, seconds=10.0, clock=clock)
+    assert len(plain_times) == 10  # a pair takes 1 s: the tenth starts at 9 s, before the 10 s are up
+    clock.now = 0.0
+    plain_times, _ = bench.alternate_pairs(window, window, repeats=3, seconds=0.1, clock=clock)
+    assert len(plain_times) == bench.MIN_PAIRS
+    assert bench.median_interval([1.0] * bench.MIN_PAIRS)[1] is not None
+    assert bench.median_interval([1.0] * (bench.MIN_PAIRS - 1))[1] is None
+
+
+def test_a_window_sized_in_time_holds_as_many_steps_as_fit(bench):
+    clock = _Clock()
+
+    def step() -> None:
+        clock.now += 0.002
+
+    assert bench.steps_for_window(step, lambda: None, 0.3, clock=clock) == 150
+
+
+def test_tight_targets_get_the_longer_cells(bench):
+    import argparse
+
+    options = argparse.Namespace(cell_seconds=40.0, tight_cell_seconds=200.0)
+    assert bench.cell_seconds(options, 1.03) == 200.0
+    assert bench.cell_seconds(options, 1.05) == 200.0
+    assert bench.cell_seconds(options, 1.5) == 40.0
+    assert bench.cell_seconds(options, None) == 40.0
+    assert bench.cell_seconds(argparse.Namespace(cell_seconds=None, tight_cell_seconds=None), 1.03) is None
