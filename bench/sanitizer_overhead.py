@@ -25,7 +25,10 @@ is not a result either way; more pairs narrow it (about as 1/sqrt(pairs)):
 ``--cell-seconds`` runs pairs for a time instead of ``--repeats`` times,
 ``--tight-cell-seconds`` gives the cells with the tightest targets (1.05x
 or less) longer, and ``--window-seconds`` makes a fast step's windows as
-long as a slow one's.
+long as a slow one's. Next to the times, each arm's main-thread context
+switches per step (``thread_switches``, Linux) are counted rather than
+timed: a background thread's turns at the GIL show there even where the
+host's noise hides their time.
 
 Extending it: a workload is a function in ``WORKLOADS`` that takes the torch
 module and returns a zero-argument ``step()``; a mode is an entry in ``MODES``
@@ -367,7 +370,10 @@ def run_paired_child(workload: str, mode_name: str, steps: int, repeats: int, wa
 
     steps_in_session = [0]  # the tap's counters restart with each session: its figures divide by its steps
 
-    def window(counted: Optional[List[int]] = None) -> float:
+    base_switches: List[float] = []
+    mode_switches: List[float] = []
+
+    def window(counted: Optional[List[int]] = None, switches: Optional[List[float]] = None) -> float:
         gc.collect()
         settled = time.perf_counter() + settle_s
         settling = 0
@@ -375,38 +381,57 @@ def run_paired_child(workload: str, mode_name: str, steps: int, repeats: int, wa
             step()
             settling += 1
         synchronize()
+        switched = thread_switches()
         start = time.perf_counter()
         for _ in range(steps):
             step()
         synchronize()
         elapsed = time.perf_counter() - start
+        if switches is not None and switched is not None:
+            switches.append((thread_switches() - switched) / steps)
         if counted is not None:
             counted[0] += settling + steps
         return elapsed * 1000.0 / steps
 
     def checked_window() -> float:
         if mode.checks is None:  # the A/A pair: the same plain window in the other arm
-            return window()
+            return window(switches=mode_switches)
         session = SanitizerSession(checks=mode.checks)
         session.start()
         steps_in_session[0] = 0
         try:
-            return window(steps_in_session)
+            return window(steps_in_session, mode_switches)
         finally:
             session.stop()
             last["session"] = session
 
     last: Dict[str, object] = {}
-    base_times, mode_times = alternate_pairs(window, checked_window, repeats, cell_seconds)
+    base_times, mode_times = alternate_pairs(lambda: window(switches=base_switches), checked_window, repeats,
+                                             cell_seconds)
     result: Dict[str, object] = {"workload": workload, "mode": mode_name, "paired": True,
                                  "ms_per_step": min(mode_times), "baseline_ms": min(base_times),
                                  "all_ms": mode_times, "all_baseline_ms": base_times, "steps": steps}
+    if base_switches and mode_switches:
+        # Counted, not timed: each is the main thread giving up the CPU (the GIL to another thread, a wait).
+        result["switches_per_step"] = {"baseline": statistics.median(base_switches),
+                                       "mode": statistics.median(mode_switches)}
     session = last.get("session")
     if session is not None:
         result.update(_what_the_session_saw(session))
         if "race" in result:
             result["steps_run"] = steps_in_session[0]
     return result
+
+
+def thread_switches() -> Optional[int]:
+    """Context switches of the calling thread so far (voluntary and not); None where the OS does not count them."""
+    try:
+        import resource
+
+        usage = resource.getrusage(resource.RUSAGE_THREAD)
+    except (ImportError, AttributeError, OSError):  # RUSAGE_THREAD is Linux's
+        return None
+    return usage.ru_nvcsw + usage.ru_nivcsw
 
 
 def steps_for_window(step: Callable[[], None], synchronize: Callable[[], None], window_seconds: float,
@@ -616,6 +641,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         if r.get("paired"):
             notes += (f"{r['baseline_ms']:.3f} ms/step in the other arm, {len(r['all_ms'])} pairs"
                       f" of {r['steps']} steps  ")
+            switches = r.get("switches_per_step")
+            if switches:
+                notes += f"main-thread switches/step {switches['baseline']:.2f} -> {switches['mode']:.2f}  "
         if r.get("allocations_per_step"):
             notes += f"{r['allocations_per_step']:.0f} allocs/step  "
         race = r.get("race") or {}

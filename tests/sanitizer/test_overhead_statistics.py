@@ -109,3 +109,20 @@ def test_tight_targets_get_the_longer_cells(bench):
     assert bench.cell_seconds(options, 1.5) == 40.0
     assert bench.cell_seconds(options, None) == 40.0
     assert bench.cell_seconds(argparse.Namespace(cell_seconds=None, tight_cell_seconds=None), 1.03) is None
+
+
+def test_thread_switches_count_the_calling_thread_giving_up_the_cpu(bench):
+    import threading
+    import time
+
+    before = bench.thread_switches()
+    if before is None:
+        pytest.skip("this OS does not count a thread's context switches")
+    for _ in range(20):
+        time.sleep(0.001)  # each sleep gives the CPU up once at least
+    assert bench.thread_switches() - before >= 20
+    seen = []
+    worker = threading.Thread(target=lambda: seen.append(bench.thread_switches()))
+    worker.start()
+    worker.join()
+    assert seen[0] < 20  # a fresh thread's own count, not the process's
