@@ -5,6 +5,7 @@ line endings are kept as they are, so a fix changes only what it means to.
 """
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import re
@@ -12,7 +13,7 @@ import signal
 import tempfile
 import tokenize
 from dataclasses import dataclass
-from typing import Optional
+from typing import Iterator, Optional
 
 
 class DecodeError(Exception):
@@ -71,20 +72,30 @@ def write_in_place(path: str, data: bytes) -> None:
         write_atomic(target, data)
 
 
-def _overwrite(path: str, data: bytes) -> None:
-    """Rewrite a file's contents in its own inode. Not atomic, so SIGINT and
-    SIGTERM wait until the bytes are down (SIGKILL cannot be held off)."""
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP wait until the block is done (SIGKILL cannot be held off).
+
+    A signal that arrives meanwhile is delivered on the way out, so its
+    handler's exception is raised after the block, never inside it.
+    """
     blocked = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, blocked) if hasattr(signal, "pthread_sigmask") else None
     try:
-        with open(path, "r+b") as handle:
-            handle.write(data)
-            handle.truncate()
-            handle.flush()
-            os.fsync(handle.fileno())
+        yield
     finally:
         if previous is not None:
             signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def _overwrite(path: str, data: bytes) -> None:
+    """Rewrite a file's contents in its own inode. Not atomic, so a signal
+    waits until the bytes are down."""
+    with _signals_held(), open(path, "r+b") as handle:
+        handle.write(data)
+        handle.truncate()
+        handle.flush()
+        os.fsync(handle.fileno())
 
 
 def write_atomic(path: str, data: bytes, durable: bool = True) -> None:
@@ -102,8 +113,13 @@ def write_atomic(path: str, data: bytes, durable: bool = True) -> None:
         mode = before.st_mode & 0o7777
     except FileNotFoundError:
         before, mode = None, 0o644
-    fd, tmp = tempfile.mkstemp(prefix=".torchlint-", suffix=".tmp", dir=directory)
+    tmp: Optional[str] = None
     try:
+        # A worker ends through an exception when its parent dies (SIGTERM,
+        # workers.die_with_parent). Raised between mkstemp creating the file
+        # and returning its name, it would leave the file behind unnamed.
+        with _signals_held():
+            fd, tmp = tempfile.mkstemp(prefix=".torchlint-", suffix=".tmp", dir=directory)
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
@@ -117,10 +133,11 @@ def write_atomic(path: str, data: bytes, durable: bool = True) -> None:
         os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
         raise
 
 
