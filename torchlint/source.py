@@ -9,8 +9,8 @@ import contextlib
 import io
 import os
 import re
+import secrets
 import signal
-import tempfile
 import tokenize
 from dataclasses import dataclass
 from typing import Iterator, Optional
@@ -98,6 +98,9 @@ def _overwrite(path: str, data: bytes) -> None:
         os.fsync(handle.fileno())
 
 
+_NEW_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+
+
 def write_atomic(path: str, data: bytes, durable: bool = True) -> None:
     """Replace ``path`` with ``data`` all at once, keeping its permissions
     (a new file gets 0o644).
@@ -115,11 +118,19 @@ def write_atomic(path: str, data: bytes, durable: bool = True) -> None:
         before, mode = None, 0o644
     tmp: Optional[str] = None
     try:
-        # A worker ends through an exception when its parent dies (SIGTERM,
-        # workers.die_with_parent). Raised between mkstemp creating the file
-        # and returning its name, it would leave the file behind unnamed.
-        with _signals_held():
-            fd, tmp = tempfile.mkstemp(prefix=".torchlint-", suffix=".tmp", dir=directory)
+        # The name is known before the file exists: a worker ends through an
+        # exception when its parent dies (SIGTERM, workers.die_with_parent),
+        # and one raised while the file is being made must still find it to
+        # remove it (with tempfile.mkstemp, the name came back only after).
+        for _ in range(100):
+            tmp = os.path.join(directory, f".torchlint-{secrets.token_hex(8)}.tmp")
+            try:
+                fd = os.open(tmp, _NEW_FILE_FLAGS, 0o600)
+                break
+            except FileExistsError:
+                tmp = None
+        else:
+            raise FileExistsError(f"no free temporary name in {directory}")
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()

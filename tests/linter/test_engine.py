@@ -137,31 +137,30 @@ def test_write_atomic_replaces_whole_file(tmp_path):
     assert path.read_text() == "new\n"
 
 
-@pytest.mark.skipif(not hasattr(signal, "pthread_sigmask"), reason="signals cannot be held off here")
 def test_a_signal_while_the_temporary_file_is_made_leaves_no_file_behind(tmp_path, monkeypatch):
     # A worker whose parent died gets SIGTERM and ends through an exception
-    # (workers.die_with_parent). Arriving just after mkstemp made the file,
-    # before its name came back, the exception used to leave the file behind.
-    import tempfile
-
+    # (workers.die_with_parent). Arriving just after the file was made, before
+    # its name came back from tempfile.mkstemp, it used to leave the file behind.
     path = tmp_path / "m.py"
     path.write_text("old\n")
-    real_mkstemp = tempfile.mkstemp
+    real_open = os.open
 
-    def mkstemp_then_signal(*args, **kwargs):
-        made = real_mkstemp(*args, **kwargs)
-        os.kill(os.getpid(), signal.SIGTERM)
+    def open_then_signal(name, *args, **kwargs):
+        made = real_open(name, *args, **kwargs)
+        if os.path.basename(str(name)).startswith(".torchlint-"):
+            os.kill(os.getpid(), signal.SIGTERM)  # its handler runs before this returns
         return made
 
     def end_like_a_worker(signum, frame):
         raise SystemExit(128 + signum)
 
-    monkeypatch.setattr(tempfile, "mkstemp", mkstemp_then_signal)
     previous = signal.signal(signal.SIGTERM, end_like_a_worker)
+    monkeypatch.setattr(os, "open", open_then_signal)
     try:
         with pytest.raises(SystemExit):
             write_atomic(str(path), b"new\n")
     finally:
+        monkeypatch.undo()
         signal.signal(signal.SIGTERM, previous)
     assert path.read_text() == "old\n"
     assert [p.name for p in tmp_path.iterdir()] == ["m.py"]
