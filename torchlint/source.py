@@ -5,7 +5,6 @@ line endings are kept as they are, so a fix changes only what it means to.
 """
 from __future__ import annotations
 
-import contextlib
 import io
 import os
 import re
@@ -13,7 +12,7 @@ import secrets
 import signal
 import tokenize
 from dataclasses import dataclass
-from typing import Iterator, Optional
+from typing import Optional
 
 
 class DecodeError(Exception):
@@ -72,30 +71,20 @@ def write_in_place(path: str, data: bytes) -> None:
         write_atomic(target, data)
 
 
-@contextlib.contextmanager
-def _signals_held() -> Iterator[None]:
-    """SIGINT, SIGTERM and SIGHUP wait until the block is done (SIGKILL cannot be held off).
-
-    A signal that arrives meanwhile is delivered on the way out, so its
-    handler's exception is raised after the block, never inside it.
-    """
+def _overwrite(path: str, data: bytes) -> None:
+    """Rewrite a file's contents in its own inode. Not atomic, so SIGINT and
+    SIGTERM wait until the bytes are down (SIGKILL cannot be held off)."""
     blocked = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, blocked) if hasattr(signal, "pthread_sigmask") else None
     try:
-        yield
+        with open(path, "r+b") as handle:
+            handle.write(data)
+            handle.truncate()
+            handle.flush()
+            os.fsync(handle.fileno())
     finally:
         if previous is not None:
             signal.pthread_sigmask(signal.SIG_SETMASK, previous)
-
-
-def _overwrite(path: str, data: bytes) -> None:
-    """Rewrite a file's contents in its own inode. Not atomic, so a signal
-    waits until the bytes are down."""
-    with _signals_held(), open(path, "r+b") as handle:
-        handle.write(data)
-        handle.truncate()
-        handle.flush()
-        os.fsync(handle.fileno())
 
 
 _NEW_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
