@@ -5,14 +5,16 @@ line endings are kept as they are, so a fix changes only what it means to.
 """
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import re
 import secrets
 import signal
+import threading
 import tokenize
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Dict, Iterator, List, Optional
 
 
 class DecodeError(Exception):
@@ -71,20 +73,49 @@ def write_in_place(path: str, data: bytes) -> None:
         write_atomic(target, data)
 
 
-def _overwrite(path: str, data: bytes) -> None:
-    """Rewrite a file's contents in its own inode. Not atomic, so SIGINT and
-    SIGTERM wait until the bytes are down (SIGKILL cannot be held off)."""
-    blocked = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, blocked) if hasattr(signal, "pthread_sigmask") else None
+_HELD_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP take effect after the block, never inside it
+    (SIGKILL cannot be held off).
+
+    Blocking them (``pthread_sigmask``) holds them off on this thread only: in
+    a process with other threads the kernel may hand one to another thread,
+    and CPython then runs the Python handler on the main thread wherever it
+    is. So on the main thread each handler is swapped for one that notes the
+    signal, and the noted signals are raised again, to the real handlers,
+    once the block is done. The mask stays for the default actions.
+    """
+    noted: List[int] = []
+    swapped: Dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in _HELD_SIGNALS:
+            previous = signal.getsignal(signum)
+            if previous is not None:  # None: set outside Python, and it could not be put back
+                signal.signal(signum, lambda number, frame: noted.append(number))
+                swapped[signum] = previous
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD_SIGNALS) if hasattr(signal, "pthread_sigmask") else None
     try:
-        with open(path, "r+b") as handle:
-            handle.write(data)
-            handle.truncate()
-            handle.flush()
-            os.fsync(handle.fileno())
+        yield
     finally:
-        if previous is not None:
-            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        if mask is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # what was pending is noted here
+        for signum, previous in swapped.items():
+            signal.signal(signum, previous)
+        for signum in dict.fromkeys(noted):
+            signal.raise_signal(signum)
+
+
+def _overwrite(path: str, data: bytes) -> None:
+    """Rewrite a file's contents in its own inode. Not atomic, so a signal
+    takes effect only once the bytes are down."""
+    with _signals_deferred(), open(path, "r+b") as handle:
+        handle.write(data)
+        handle.truncate()
+        handle.flush()
+        os.fsync(handle.fileno())
 
 
 _NEW_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)

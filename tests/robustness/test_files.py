@@ -192,3 +192,52 @@ def test_killed_fix_leaves_every_file_whole_and_no_process_behind(tree, sig):
         states["original" if text == originals[name] else "fixed"] += 1
     assert states["fixed"] >= 3 and states["original"] >= 1, states
     assert not [p for p in os.listdir(tree) if p.startswith(".torchlint-")]
+
+
+@pytest.mark.skipif(not hasattr(signal, "pthread_sigmask"), reason="POSIX signals")
+def test_a_signal_in_the_middle_of_a_hard_link_overwrite_waits_until_the_file_is_whole(tmp_path, monkeypatch):
+    # Another thread that does not block SIGTERM can take it; CPython then runs
+    # the Python handler on the main thread, in the middle of the write.
+    import threading
+
+    from torchlint import source
+
+    path = tmp_path / "a.py"
+    path.write_bytes(b"x" * 100)
+    release = threading.Event()
+    bystander = threading.Thread(target=release.wait)
+    bystander.start()
+    real_open = open
+
+    class SignalledMidWrite:
+        def __init__(self, handle):
+            self.handle = handle
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc_info):
+            return self.handle.__exit__(*exc_info)
+
+        def write(self, data):
+            written = self.handle.write(data)
+            os.kill(os.getpid(), signal.SIGTERM)  # before truncate: the old file's tail is still there
+            time.sleep(0.05)  # time for the bystander to take it; the handler is due when this returns
+            return written
+
+        def __getattr__(self, name):
+            return getattr(self.handle, name)
+
+    def end_like_a_worker(signum, frame):
+        raise SystemExit(128 + signum)
+
+    monkeypatch.setattr(source, "open", lambda *args: SignalledMidWrite(real_open(*args)), raising=False)
+    previous = signal.signal(signal.SIGTERM, end_like_a_worker)
+    try:
+        with pytest.raises(SystemExit):
+            source._overwrite(str(path), b"short\n")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        release.set()
+        bystander.join()
+    assert path.read_bytes() == b"short\n"  # truncated and synced before the handler ran
