@@ -524,12 +524,6 @@ def cell_seconds(options: argparse.Namespace, target: Optional[float]) -> Option
     return options.cell_seconds
 
 
-def seconds_of(command: List[str]) -> Optional[float]:
-    """The ``--cell-seconds`` a child command was given, which its timeout must allow on top."""
-    if "--cell-seconds" in command:
-        return float(command[command.index("--cell-seconds") + 1])
-    return None
-
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=50)
@@ -580,6 +574,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             command = [sys.executable, os.path.abspath(__file__), "--child", workload, mode,
                        "--steps", str(options.steps), "--repeats", str(options.repeats),
                        "--warmup", str(options.warmup)]
+            seconds = None  # a time-boxed cell's seconds, which its timeout allows on top
             if options.paired and {m.name: m for m in MODES}[mode].is_paired():
                 command += ["--paired-child", "--settle", str(options.settle)]
                 seconds = cell_seconds(options, TARGETS.get((workload, mode)))
@@ -588,7 +583,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 if options.window_seconds:
                     command += ["--window-seconds", str(options.window_seconds)]
             began = time.perf_counter()
-            timeout = options.timeout + (seconds_of(command) or 0.0)
+            timeout = options.timeout + (seconds or 0.0)
             try:
                 done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
             except subprocess.TimeoutExpired:
