@@ -127,21 +127,37 @@ def load_check_class(name: str):
 
 # --- allowlist ---------------------------------------------------------------
 
-_allowed = threading.local()
+class _AllowDepth(threading.local):
+    # A class default, not getattr(..., 0): a missing attribute raises and
+    # formats an AttributeError, ~10 µs once per step when caches are cold
+    # (sync_allowed runs for every sync).
+    depth = 0
+
+
+_allowed = _AllowDepth()
+# Open allow_sync blocks on all threads: while there are none (nearly always),
+# sync_allowed answers from this one global without touching the thread-local.
+_open_blocks = 0
+_open_blocks_lock = threading.Lock()
 
 
 @contextlib.contextmanager
 def allow_sync() -> Iterator[None]:
     """Syncs made inside this block (on this thread) are expected: no finding."""
-    _allowed.depth = getattr(_allowed, "depth", 0) + 1
+    global _open_blocks
+    with _open_blocks_lock:
+        _open_blocks += 1
+    _allowed.depth += 1
     try:
         yield
     finally:
         _allowed.depth -= 1
+        with _open_blocks_lock:
+            _open_blocks -= 1
 
 
 def sync_allowed() -> bool:
-    return getattr(_allowed, "depth", 0) > 0
+    return _open_blocks > 0 and _allowed.depth > 0
 
 
 # --- the session -----------------------------------------------------------------

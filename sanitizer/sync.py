@@ -79,6 +79,7 @@ from . import timeline as _timeline
 from .findings import SYNC, Finding, Frame
 from .patching import Patch as _Patch
 from .patching import WarningHook
+from .session import sync_allowed as _sync_allowed
 
 SYNC_WARNING = "called a synchronizing CUDA operation"
 PROTOTYPE_WARNING = "Synchronization debug mode is a prototype feature"
@@ -305,18 +306,22 @@ class SyncCheck:
         return True
 
     # -- wrappers -----------------------------------------------------------
-    def _timed(self, kind: str, api: str, explicit: bool = False, result_kind: Optional[Callable] = None):
-        """A wrapper factory: time the call; record it when it synced (or always when ``explicit``)."""
+    def _timed(self, kind: str, api: str, explicit: bool = False, result_kind: Optional[Callable] = None,
+               method: bool = False, bare: bool = False):
+        """A wrapper factory: time the call; record it when it synced (or always when ``explicit``).
+
+        ``method``: the wrapper replaces a ``torch.Tensor`` method, whose first
+        argument is the tensor; a CPU tensor's call then leaves after one
+        attribute read. That path is the hot one: AdamW reads its CPU step
+        counters with ``.item()`` twice per parameter per step. ``bare``: the
+        method takes no arguments besides the tensor.
+        """
         check = self
         tls = self._tls
         perf_counter = time.perf_counter
 
         def make(original: Callable) -> Callable:
-            def wrapper(*args, **kwargs):
-                # Fast path: a read-back of a CPU tensor never syncs (AdamW calls
-                # .item() on its CPU step counters once per parameter per step).
-                if tls.depth or (not explicit and args and getattr(args[0], "is_cuda", True) is False):
-                    return original(*args, **kwargs)
+            def timed(args, kwargs):
                 tls.depth = 1
                 tls.hits = 0
                 start = perf_counter()
@@ -327,8 +332,33 @@ class SyncCheck:
                     tls.depth = 0
                 if tls.hits or explicit:
                     name = kind if result_kind is None else result_kind(args, result)
-                    check._record(name, api, elapsed, args[0] if args else None, skip=1)
+                    check._record(name, api, elapsed, args[0] if args else None, skip=2)
                 return result
+
+            if method and bare:
+                def wrapper(self):  # no *args/**kwargs to pack on the hot path
+                    try:
+                        on_cpu = self.is_cuda is False
+                    except AttributeError:  # not a tensor: torch's own error follows
+                        on_cpu = False
+                    if on_cpu or tls.depth:
+                        return original(self)
+                    return timed((self,), {})
+            elif method:
+                def wrapper(self, *args, **kwargs):
+                    try:
+                        on_cpu = self.is_cuda is False
+                    except AttributeError:
+                        on_cpu = False
+                    if on_cpu or tls.depth:
+                        return original(self, *args, **kwargs)
+                    return timed((self,) + args, kwargs)
+            else:
+                def wrapper(*args, **kwargs):
+                    # A read-back of a CPU tensor never syncs.
+                    if tls.depth or (not explicit and args and getattr(args[0], "is_cuda", True) is False):
+                        return original(*args, **kwargs)
+                    return timed(args, kwargs)
 
             wrapper.__wrapped__ = original
             wrapper.__name__ = getattr(original, "__name__", api)
@@ -395,17 +425,17 @@ class SyncCheck:
             return "cpu"
 
         plan = [
-            (tensor, "item", self._timed("item", "Tensor.item")),
-            (tensor, "tolist", self._timed("tolist", "Tensor.tolist")),
-            (tensor, "cpu", self._timed("cpu", "Tensor.cpu", result_kind=cpu_or_numpy)),
-            (tensor, "numpy", self._timed("numpy", "Tensor.numpy")),
-            (tensor, "__bool__", self._timed("bool", "Tensor.__bool__")),
-            (tensor, "__float__", self._timed("item", "Tensor.__float__")),
-            (tensor, "__int__", self._timed("item", "Tensor.__int__")),
-            (tensor, "__format__", self._timed("format", "Tensor.__format__")),
-            (tensor, "__repr__", self._timed("format", "Tensor.__repr__")),
-            (tensor, "nonzero", self._timed("nonzero", "Tensor.nonzero")),
-            (tensor, "unique", self._timed("unique", "Tensor.unique")),
+            (tensor, "item", self._timed("item", "Tensor.item", method=True, bare=True)),
+            (tensor, "tolist", self._timed("tolist", "Tensor.tolist", method=True, bare=True)),
+            (tensor, "cpu", self._timed("cpu", "Tensor.cpu", result_kind=cpu_or_numpy, method=True)),
+            (tensor, "numpy", self._timed("numpy", "Tensor.numpy", method=True)),
+            (tensor, "__bool__", self._timed("bool", "Tensor.__bool__", method=True, bare=True)),
+            (tensor, "__float__", self._timed("item", "Tensor.__float__", method=True, bare=True)),
+            (tensor, "__int__", self._timed("item", "Tensor.__int__", method=True, bare=True)),
+            (tensor, "__format__", self._timed("format", "Tensor.__format__", method=True)),
+            (tensor, "__repr__", self._timed("format", "Tensor.__repr__", method=True)),
+            (tensor, "nonzero", self._timed("nonzero", "Tensor.nonzero", method=True)),
+            (tensor, "unique", self._timed("unique", "Tensor.unique", method=True)),
             (torch, "nonzero", self._timed("nonzero", "torch.nonzero")),
             (torch, "unique", self._timed("unique", "torch.unique")),
             (tensor, "to", self._copy_wrapper("Tensor.to", destination_first=False)),
@@ -479,13 +509,55 @@ class SyncCheck:
 
     def _record_site(self, kind: Optional[str], api: Optional[str], stall: Optional[float], tensor: Any,
                      skip: int, began: float) -> None:
-        if self.session.sync_allowed():
+        if _sync_allowed():
             self.allowed_count += 1
             return
-        user, library, internal, callee = _frames.sync_site_stack(limit=self.stack_limit, skip=skip + 1)
+        # A known site takes the short walk (frames.sync_site_top says why).
+        top, library_name, internal, callee = _frames.sync_site_top(skip=skip + 1)
         if internal:
             self.internal_count += 1  # torchlint's own read-backs are not the user's
             return
+        site = None
+        if top is not None:
+            if kind is None:
+                kind = self._classify_cache.get((top[0], top[1], library_name))
+            elif kind == "cpu" and api == "Tensor.cpu" and ".numpy(" in self._source(top[0], top[1]):
+                kind = "numpy"
+            if kind is not None:
+                site = self._sites.get((top[0], top[1], kind))
+        if site is None:
+            site, kind = self._new_site(kind, api, tensor, skip + 1)
+            if site is None:
+                return
+        step = self.session.step_index
+        with self._lock:
+            if site.silenced:
+                site.silenced_count += 1
+                return
+            site.steps[step] = site.steps.get(step, 0) + 1
+            if callee is None or callee is not site.callee:
+                site.runs += 1
+                site.callee = callee
+            timeline = _timeline.of(self.session)
+            if timeline is not None:
+                timeline.sync(kind, site.key[0], site.key[1], stall, KINDS[kind][0], step, ended_at=began)
+            if stall is not None:
+                site.stall[step] = site.stall.get(step, 0.0) + stall
+                site.timed[step] = site.timed.get(step, 0) + 1
+                if api is not None and kind in self._window_events:
+                    self._window_events[kind] += 1
+                    if self.session.step_index == 0 and self._window_events[kind] >= TIMING_WINDOW_EVENTS:
+                        self._disarm_window(kind)
+
+    def _new_site(self, kind: Optional[str], api: Optional[str], tensor: Any, skip: int):
+        """The first sync of a site (or of an unclassified line): the full stack, the kind, the site.
+
+        Returns ``(site, kind)``; site None when the sync is torchlint's own.
+        """
+        user, library, internal, _callee = _frames.sync_site_stack(limit=self.stack_limit, skip=skip + 1)
+        if internal:
+            self.internal_count += 1
+            return None, kind
         top = user[0] if user else (library or ("<unknown>", 0, "<unknown>"))
         if kind is None:
             library_key = library[2] if library else None
@@ -499,7 +571,6 @@ class SyncCheck:
         elif kind == "cpu" and api == "Tensor.cpu" and ".numpy(" in self._source(top[0], top[1]):
             kind = "numpy"
         key = (top[0], top[1], kind)
-        step = self.session.step_index
         with self._lock:
             site = self._sites.get(key)
             if site is None:
@@ -510,23 +581,7 @@ class SyncCheck:
                 if tensor is not None:
                     site.tensor = _describe_tensor(tensor)
                 self._sites[key] = site
-            if site.silenced:
-                site.silenced_count += 1
-                return
-            site.steps[step] = site.steps.get(step, 0) + 1
-            if callee is None or callee is not site.callee:
-                site.runs += 1
-                site.callee = callee
-            timeline = _timeline.of(self.session)
-            if timeline is not None:
-                timeline.sync(kind, top[0], top[1], stall, KINDS[kind][0], step, ended_at=began)
-            if stall is not None:
-                site.stall[step] = site.stall.get(step, 0.0) + stall
-                site.timed[step] = site.timed.get(step, 0) + 1
-                if api is not None and kind in self._window_events:
-                    self._window_events[kind] += 1
-                    if self.session.step_index == 0 and self._window_events[kind] >= TIMING_WINDOW_EVENTS:
-                        self._disarm_window(kind)
+        return site, kind
 
     # -- results ----------------------------------------------------------------
     def silenced_sites(self) -> List[Dict[str, Any]]:

@@ -187,9 +187,10 @@ class Timeline:
 
     def sync(self, kind: str, file: str, line: int, wait_s: Optional[float], rule: Optional[str],
              step: int, ended_at: Optional[float] = None) -> None:
-        end = self.since_start(ended_at) if ended_at is not None else self.now()
-        start = end - (wait_s or 0.0)
-        self._add("syncs", [round(start, 6), None if wait_s is None else round(wait_s, 7), kind, file, line, rule, step])
+        # Stored raw and rounded by to_json: this runs for every sync, often with
+        # cold caches, where float rounding (a decimal conversion) costs µs.
+        end = (ended_at if ended_at is not None else self._clock()) - self._t0
+        self._add("syncs", [end - (wait_s or 0.0), wait_s, kind, file, line, rule, step])
 
     def memory(self, allocated: int, reserved: int, segments: int, step: Optional[int]) -> None:
         """One look at the allocator's counters (stored only when they changed)."""
@@ -249,6 +250,8 @@ class Timeline:
         }
         for name in SERIES:
             data[name] = self.memory_series.to_json() if name == "memory" else [list(row) for row in self.series[name]]
+        data["syncs"] = [[round(start, 6), None if wait is None else round(wait, 7), *rest]
+                         for start, wait, *rest in data["syncs"]]
         data["overhead_s"] = {name: round(value, 6) for name, value in self.overhead_s.items()}
         data["dropped"] = dict(self.dropped, memory=self.memory_series.merged)
         return data

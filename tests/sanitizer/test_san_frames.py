@@ -203,3 +203,39 @@ def test_a_lazy_race_site_compares_and_hashes_as_its_frames():
     assert site[0] == (__file__, here, "test_a_lazy_race_site_compares_and_hashes_as_its_frames")
     assert site == tuple(site) and hash(site) == hash(tuple(site))
     assert {site: 1}[tuple(site)] == 1
+
+
+def _both_walks():
+    """The short walk and the full walk, taken from the same caller's frame."""
+    top = frames.sync_site_top(skip=1)
+    user, library, internal, callee = frames.sync_site_stack(skip=1)
+    return top, (user, library, internal, callee)
+
+
+def _agree(top, full):
+    (site, library_name, internal, callee), (user, library, full_internal, full_callee) = top, full
+    assert site == (user[0][:2] if user else None)
+    assert library_name == (library[2] if library else None)
+    assert internal == full_internal and callee is full_callee
+
+
+def test_the_short_walk_finds_what_the_full_walk_finds(tmp_path):
+    # A repeated sync takes frames.sync_site_top; a new site takes sync_site_stack:
+    # both must name the same site, library frame, callee and internal flag.
+    lib = install_fake_library(tmp_path, "fakecuda_top")
+    model = write_user_module(tmp_path, "trainer_top", """
+        def fit(callback, lib):
+            return lib.call(callback)  # FIT
+    """)
+    _agree(*_both_walks())  # a test's own line
+    _agree(*lib.call(_both_walks))  # through a library frame
+    top, full = model.fit(lambda: lib.call(_both_walks), lib)  # test -> user code -> library -> test callback
+    _agree(top, full)
+    assert top[0] == (model.__file__, line_of(model.__file__, "# FIT"))
+    generator = (lib.call(_both_walks) for _ in range(1))  # a generator callee is no callee
+    _agree(*next(generator))
+    namespace = {}
+    exec(compile("def inner(walk):\n    return walk()\n", frames.__file__, "exec"), namespace)
+    top, full = namespace["inner"](_both_walks)  # torchlint's own frame below the user's
+    _agree(top, full)
+

@@ -230,6 +230,17 @@ def test_allow_sync_is_per_thread(tmp_path, lib):
     assert len(session.findings) == 1
 
 
+def test_allow_sync_blocks_are_counted_back_to_none_after_an_error():
+    from torchlint.sanitizer import session as session_module
+
+    with pytest.raises(RuntimeError):
+        with allow_sync():
+            with allow_sync():
+                assert session_module.sync_allowed()
+                raise RuntimeError("inside")
+    assert session_module._open_blocks == 0 and not session_module.sync_allowed()
+
+
 def test_a_wrapper_counts_its_inner_syncs_once_and_times_the_call(lib):
     with sanitize(checks={"sync"}) as session:
         check = session._checks[0]
@@ -239,6 +250,35 @@ def test_a_wrapper_counts_its_inner_syncs_once_and_times_the_call(lib):
     assert finding.count == 1 and finding.line == here
     assert finding.details["sync_kind"] == "format" and finding.details["api"] == "Tensor.__repr__"
     assert finding.details["timed_calls"] == 1 and finding.details["stall_ms"] is not None
+
+
+def test_a_tensor_method_wrapper_times_a_device_tensor_and_lets_a_host_tensor_through(lib):
+    class OnDevice:
+        is_cuda = True
+
+    class OnHost:
+        is_cuda = False
+
+    host_calls = []
+    with sanitize(checks={"sync"}) as session:
+        check = session._checks[0]
+        read = check._timed("item", "Tensor.item", method=True, bare=True)(lambda value: lib.read_back(2.0))
+        assert read(OnDevice()) == 2.0; here = __import__("sys")._getframe().f_lineno
+        host_read = check._timed("item", "Tensor.item", method=True, bare=True)(lambda value: host_calls.append(value))
+        host_read(OnHost())
+        assert check._tls.depth == 0
+    [finding] = session.findings
+    assert finding.line == here and finding.details["api"] == "Tensor.item" and finding.details["timed_calls"] == 1
+    assert len(host_calls) == 1
+
+
+def test_a_wrapped_method_still_rejects_arguments_it_does_not_take():
+    with pytest.raises(TypeError):
+        torch.ones(1).item(1)
+    with sanitize(checks={"sync"}):
+        with pytest.raises(TypeError):
+            torch.ones(1).item(1)
+        assert torch.ones(2).tolist() == [1.0, 1.0] and int(torch.ones(())) == 1 and float(torch.ones(())) == 1.0
 
 
 def test_a_wrapped_call_that_does_not_sync_is_not_a_finding():

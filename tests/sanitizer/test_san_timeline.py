@@ -205,3 +205,12 @@ def test_syncs_reach_the_timeline_with_their_host_wait(tmp_path):
     assert [row[6] for row in syncs] == [0, 1, 2]
     starts = [row[0] for row in syncs]
     assert starts == sorted(starts)
+
+
+def test_sync_rows_are_stored_raw_and_rounded_in_the_report():
+    clock = iter([10.0, 10.123456789, 11.0]).__next__
+    timeline = Timeline(clock=clock)
+    timeline.sync("item", "train.py", 3, 0.0001234567891, "TL101", 2)
+    assert timeline.series["syncs"][0][1] == 0.0001234567891  # nothing rounded while the program runs
+    [row] = timeline.to_json()["syncs"]
+    assert row == [round(0.123456789 - 0.0001234567891, 6), 0.0001235, "item", "train.py", 3, "TL101", 2]
