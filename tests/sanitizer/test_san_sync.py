@@ -436,6 +436,30 @@ def test_each_resumption_of_a_library_generator_is_a_run(tmp_path, lib):
     assert finding.details["runs"] == 6 and finding.details["repeated"] is True
 
 
+def test_a_step_boundary_ends_a_run_and_lets_go_of_the_held_callee(tmp_path):
+    from san_sync_helpers import write_distribution
+
+    source = (
+        "import warnings\n\n"
+        "def across_a_step(session):\n"
+        f"    warnings.warn({SYNC_TEXT!r}, UserWarning)\n"
+        "    session.step()\n"
+        f"    warnings.warn({SYNC_TEXT!r}, UserWarning)\n"
+    )
+    sys_path = __import__("sys").path
+    sys_path.append(str(write_distribution(tmp_path / "libs", "fakeloop", source)))
+    looper = __import__("fakeloop")
+    with sanitize(checks={"sync"}) as session:
+        looper.across_a_step(session)  # one call of the library, a step inside it
+        [check] = session._checks
+        held = [site.callee for site in check._sites.values()]
+        session.step()
+        released = [site.callee for site in check._sites.values()]
+    [finding] = session.findings
+    assert finding.details["runs"] == 2
+    assert held[0] is not None and released == [None]  # held for the call, let go at the step
+
+
 def test_stop_lets_go_of_the_held_callee_frames(tmp_path, lib):
     model = _check_module(tmp_path, "model_release")
     with sanitize(checks={"sync"}) as session:
