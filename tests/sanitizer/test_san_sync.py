@@ -480,3 +480,40 @@ def test_a_script_summary_counts_one_off_syncs_without_listing_them(tmp_path, li
     assert "(1 one-off sync in the JSON report)" in text.splitlines()[0]
     assert f":{line_of(model.__file__, '# LOOP')}: sync item" in text
     assert f":{line_of(model.__file__, '# SAVE')}:" not in text
+
+
+def test_wrappers_look_every_attribute_up_before_writing_any(monkeypatch):
+    # CPython 3.13+ gives a class ~1,000 type-version tags, and a lookup between
+    # two writes to torch.Tensor spends one: a session must write in one burst.
+    from torchlint.sanitizer import sync as sync_module
+
+    events = []
+    real = sync_module._Patch
+
+    class RecordingPatch(real):
+        __slots__ = ()
+
+        def __init__(self, owner, name, make):
+            events.append("lookup")
+            super().__init__(owner, name, make)
+
+        def apply(self):
+            events.append("write")
+            super().apply()
+
+    monkeypatch.setattr(sync_module, "_Patch", RecordingPatch)
+    with sanitize(checks={"sync"}):
+        pass
+    assert events.count("write") >= 14
+    assert events == sorted(events)  # every "lookup" before the first "write"
+
+
+@pytest.mark.skipif(__import__("sys").version_info < (3, 13), reason="type-version tags are capped from CPython 3.13")
+def test_a_hundred_sessions_leave_torch_tensor_its_version_tags():
+    testcapi = pytest.importorskip("_testcapi")
+    tensor = torch.ones(2)
+    for _ in range(100):  # writing and looking up in turn ran out after ~67
+        with sanitize(checks={"sync"}):
+            tensor.add(1).sum()
+        tensor.shape
+    assert testcapi.type_get_version(torch.Tensor) != 0
