@@ -318,14 +318,13 @@ class SyncCheck:
 
     # -- wrappers -----------------------------------------------------------
     def _timed(self, kind: str, api: str, explicit: bool = False, result_kind: Optional[Callable] = None,
-               method: bool = False, bare: bool = False):
+               bare: bool = False):
         """A wrapper factory: time the call; record it when it synced (or always when ``explicit``).
 
-        ``method``: the wrapper replaces a ``torch.Tensor`` method, whose first
-        argument is the tensor; a CPU tensor's call then leaves after one
-        attribute read. That path is the hot one: AdamW reads its CPU step
-        counters with ``.item()`` twice per parameter per step. ``bare``: the
-        method takes no arguments besides the tensor.
+        ``bare``: the wrapper replaces a ``torch.Tensor`` method that takes no
+        argument besides the tensor; a CPU tensor's call then leaves after one
+        attribute read, with nothing to pack. That path is the hot one: AdamW
+        reads its CPU step counters with ``.item()`` twice per parameter per step.
         """
         check = self
         tls = self._tls
@@ -346,7 +345,7 @@ class SyncCheck:
                     check._record(name, api, elapsed, args[0] if args else None, skip=2)
                 return result
 
-            if method and bare:
+            if bare:
                 def wrapper(self):  # no *args/**kwargs to pack on the hot path
                     try:
                         on_cpu = self.is_cuda is False
@@ -355,19 +354,11 @@ class SyncCheck:
                     if on_cpu or tls.depth:
                         return original(self)
                     return timed((self,), {})
-            elif method:
-                def wrapper(self, *args, **kwargs):
-                    try:
-                        on_cpu = self.is_cuda is False
-                    except AttributeError:
-                        on_cpu = False
-                    if on_cpu or tls.depth:
-                        return original(self, *args, **kwargs)
-                    return timed((self,) + args, kwargs)
             else:
                 def wrapper(*args, **kwargs):
-                    # A read-back of a CPU tensor never syncs.
-                    if tls.depth or (not explicit and args and getattr(args[0], "is_cuda", True) is False):
+                    # A read-back of a CPU tensor never syncs; asked first, so
+                    # that call never reaches the thread-local.
+                    if (not explicit and args and getattr(args[0], "is_cuda", True) is False) or tls.depth:
                         return original(*args, **kwargs)
                     return timed(args, kwargs)
 
@@ -436,17 +427,17 @@ class SyncCheck:
             return "cpu"
 
         plan = [
-            (tensor, "item", self._timed("item", "Tensor.item", method=True, bare=True)),
-            (tensor, "tolist", self._timed("tolist", "Tensor.tolist", method=True, bare=True)),
-            (tensor, "cpu", self._timed("cpu", "Tensor.cpu", result_kind=cpu_or_numpy, method=True)),
-            (tensor, "numpy", self._timed("numpy", "Tensor.numpy", method=True)),
-            (tensor, "__bool__", self._timed("bool", "Tensor.__bool__", method=True, bare=True)),
-            (tensor, "__float__", self._timed("item", "Tensor.__float__", method=True, bare=True)),
-            (tensor, "__int__", self._timed("item", "Tensor.__int__", method=True, bare=True)),
-            (tensor, "__format__", self._timed("format", "Tensor.__format__", method=True)),
-            (tensor, "__repr__", self._timed("format", "Tensor.__repr__", method=True)),
-            (tensor, "nonzero", self._timed("nonzero", "Tensor.nonzero", method=True)),
-            (tensor, "unique", self._timed("unique", "Tensor.unique", method=True)),
+            (tensor, "item", self._timed("item", "Tensor.item", bare=True)),
+            (tensor, "tolist", self._timed("tolist", "Tensor.tolist", bare=True)),
+            (tensor, "cpu", self._timed("cpu", "Tensor.cpu", result_kind=cpu_or_numpy)),
+            (tensor, "numpy", self._timed("numpy", "Tensor.numpy")),
+            (tensor, "__bool__", self._timed("bool", "Tensor.__bool__", bare=True)),
+            (tensor, "__float__", self._timed("item", "Tensor.__float__", bare=True)),
+            (tensor, "__int__", self._timed("item", "Tensor.__int__", bare=True)),
+            (tensor, "__format__", self._timed("format", "Tensor.__format__")),
+            (tensor, "__repr__", self._timed("format", "Tensor.__repr__")),
+            (tensor, "nonzero", self._timed("nonzero", "Tensor.nonzero")),
+            (tensor, "unique", self._timed("unique", "Tensor.unique")),
             (torch, "nonzero", self._timed("nonzero", "torch.nonzero")),
             (torch, "unique", self._timed("unique", "torch.unique")),
             (tensor, "to", self._copy_wrapper("Tensor.to", destination_first=False)),

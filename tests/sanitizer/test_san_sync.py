@@ -262,9 +262,9 @@ def test_a_tensor_method_wrapper_times_a_device_tensor_and_lets_a_host_tensor_th
     host_calls = []
     with sanitize(checks={"sync"}) as session:
         check = session._checks[0]
-        read = check._timed("item", "Tensor.item", method=True, bare=True)(lambda value: lib.read_back(2.0))
+        read = check._timed("item", "Tensor.item", bare=True)(lambda value: lib.read_back(2.0))
         assert read(OnDevice()) == 2.0; here = __import__("sys")._getframe().f_lineno
-        host_read = check._timed("item", "Tensor.item", method=True, bare=True)(lambda value: host_calls.append(value))
+        host_read = check._timed("item", "Tensor.item", bare=True)(lambda value: host_calls.append(value))
         host_read(OnHost())
         assert check._tls.depth == 0
     [finding] = session.findings
