@@ -16,7 +16,8 @@ constructed as ``CheckClass(session)``. It has:
 - ``findings() -> list[Finding]``: deduplicated, with counts.
 
 Checks read ``session.step_index``, ``session.in_warmup``,
-``session.warmup_steps``, ``session.test_id`` and ``session.sync_allowed()``.
+``session.warmup_steps`` and ``session.test_id``; the allowlist is the module's
+``sync_allowed()``.
 Checks start in the order memory, sync, race and stop in reverse.
 Check modules are imported lazily, so a missing torch or check module fails
 only when that check is asked for.
@@ -303,9 +304,6 @@ class SanitizerSession:
         if self.step_index == 0:
             return 1
         return self.step_index - self.effective_warmup()
-
-    def sync_allowed(self) -> bool:
-        return sync_allowed()
 
     # -- results --
     @property

@@ -169,10 +169,6 @@ class Timeline:
     def now(self) -> float:
         return self._clock() - self._t0
 
-    def since_start(self, clock_value: float) -> float:
-        """A raw clock reading (``perf_counter``) as seconds since the start."""
-        return clock_value - self._t0
-
     def _add(self, name: str, row: list) -> None:
         rows = self.series[name]
         if len(rows) < self.max_events:
@@ -249,9 +245,13 @@ class Timeline:
             "steps": list(self.steps),
         }
         for name in SERIES:
-            data[name] = self.memory_series.to_json() if name == "memory" else [list(row) for row in self.series[name]]
-        data["syncs"] = [[round(start, 6), None if wait is None else round(wait, 7), *rest]
-                         for start, wait, *rest in data["syncs"]]
+            if name == "memory":
+                data[name] = self.memory_series.to_json()
+            elif name == "syncs":  # stored raw (see sync)
+                data[name] = [[round(start, 6), None if wait is None else round(wait, 7), *rest]
+                              for start, wait, *rest in self.series[name]]
+            else:
+                data[name] = [list(row) for row in self.series[name]]
         data["overhead_s"] = {name: round(value, 6) for name, value in self.overhead_s.items()}
         data["dropped"] = dict(self.dropped, memory=self.memory_series.merged)
         return data
