@@ -557,7 +557,9 @@ class SyncCheck:
     def _new_site(self, kind: Optional[str], api: Optional[str], tensor: Any, skip: int):
         """The first sync of a site (or of an unclassified line): the full stack, the kind, the site.
 
-        Returns ``(site, kind)``; site None when the sync is torchlint's own.
+        A given kind comes as ``_record_site`` read it from the user's line
+        (``.cpu()`` inside ``.numpy(`` already ``"numpy"``). Returns
+        ``(site, kind)``; site None when the sync is torchlint's own.
         """
         user, library, internal, _callee = _frames.sync_site_stack(limit=self.stack_limit, skip=skip + 1)
         if internal:
@@ -573,8 +575,6 @@ class SyncCheck:
                 self._classify_cache[cache_key] = kind
             if kind in ("mask-index", "nonzero"):
                 self._arm_window(kind)
-        elif kind == "cpu" and api == "Tensor.cpu" and ".numpy(" in self._source(top[0], top[1]):
-            kind = "numpy"
         key = (top[0], top[1], kind)
         with self._lock:
             site = self._sites.get(key)
