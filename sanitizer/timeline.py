@@ -178,8 +178,10 @@ class Timeline:
 
     # -- hooks --
     def step(self, index: int) -> None:
+        # Stored raw and rounded by to_json, as sync rows are: this runs once a
+        # step, after the step has evicted it from the caches.
         if len(self.steps) < self.max_events * 5:
-            self.steps.append(round(self.now(), 6))
+            self.steps.append(self._clock() - self._t0)
 
     def sync(self, kind: str, file: str, line: int, wait_s: Optional[float], rule: Optional[str],
              step: int, ended_at: Optional[float] = None) -> None:
@@ -242,7 +244,7 @@ class Timeline:
             "rank": self.rank,
             "pid": self.pid,
             "alloc_conf": self.alloc_conf,
-            "steps": list(self.steps),
+            "steps": [round(t, 6) for t in self.steps],
         }
         for name in SERIES:
             if name == "memory":

@@ -214,3 +214,11 @@ def test_sync_rows_are_stored_raw_and_rounded_in_the_report():
     assert timeline.series["syncs"][0][1] == 0.0001234567891  # nothing rounded while the program runs
     [row] = timeline.to_json()["syncs"]
     assert row == [round(0.123456789 - 0.0001234567891, 6), 0.0001235, "item", "train.py", 3, "TL101", 2]
+
+
+def test_step_times_are_stored_raw_and_rounded_in_the_report():
+    clock = iter([10.0, 10.123456789, 11.0]).__next__
+    timeline = Timeline(clock=clock)
+    timeline.step(1)
+    assert timeline.steps == [10.123456789 - 10.0]  # the step hook does no decimal work
+    assert timeline.to_json()["steps"] == [0.123457]
