@@ -96,9 +96,11 @@ def test_with_memory_history_the_new_segment_names_its_allocating_line(tmp_path,
         del blocks
         import time
 
-        time.sleep(0.1)
+        # The watcher must look between the frees and the large request, and again after it. It looks
+        # every 20 ms, but one look can take far longer when it snapshots with the allocator's history.
+        time.sleep(0.3)
         large = torch.empty(40 * MiB, dtype=torch.uint8, device="cuda"); line = sys._getframe().f_lineno
-        time.sleep(0.1)
+        time.sleep(0.3)
     live = [f for f in session.findings if f.details.get("trigger") == "new-segment"]
     assert live, [f.message for f in session.findings]
     assert live[0].details["site_observed"] == "allocator history (exact)"
