@@ -283,10 +283,9 @@ class SyncCheck:
         self.started = False
 
     def on_step(self, step: int) -> None:
-        if self._window_ends:
-            for name, end in list(self._window_ends.items()):
-                if step >= end:
-                    self._disarm_window(name)
+        for name, end in list(self._window_ends.items()):
+            if step >= end:
+                self._disarm_window(name)
         # A step boundary ends every run, so the held callees go now. Held on,
         # a callee that returns takes its callers' frames with it: for
         # GradScaler.step that is the user's train() with its loss and the

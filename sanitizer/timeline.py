@@ -181,7 +181,7 @@ class Timeline:
         # Stored raw and rounded by to_json, as sync rows are: this runs once a
         # step, after the step has evicted it from the caches.
         if len(self.steps) < self.max_events * 5:
-            self.steps.append(self._clock() - self._t0)
+            self.steps.append(self.now())
 
     def sync(self, kind: str, file: str, line: int, wait_s: Optional[float], rule: Optional[str],
              step: int, ended_at: Optional[float] = None) -> None:
