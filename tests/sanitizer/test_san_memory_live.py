@@ -7,6 +7,7 @@ test_san_memory.py.
 import warnings
 
 from torchlint.sanitizer import fragmentation as frag
+from torchlint.sanitizer import memory
 from torchlint.sanitizer.findings import FRAGMENTATION
 from torchlint.sanitizer.timeline import Timeline
 
@@ -199,3 +200,38 @@ def test_the_allocator_history_gives_the_exact_allocating_line_when_recorded():
     (finding,) = [f for f in check.findings() if f.details.get("trigger") == "new-segment"]
     assert (finding.file, finding.line) == ("/work/project/train.py", 42)
     assert finding.details["site_observed"] == "allocator history (exact)"
+
+
+def test_a_recent_step_sample_stands_in_for_the_watchers_look():
+    """While the program steps, the step sample's counters feed the look; the watcher reads nothing."""
+    from test_san_memory import advance
+
+    check, sess, source, clock = make_with_timeline(FakeSource(segments=[]))
+    check.start()
+    for _ in range(3):  # warm-up ends at step 2: the step sample runs
+        advance(sess, check, clock, 0.06)
+    reads = source.calls["stats"]
+    assert sess.timeline.to_json()["memory"]  # the step sample's look reached the curve
+    clock.now += 0.02
+    assert check._watch_wake() is False and source.calls["stats"] == reads
+    clock.now += 2 * check.sample_interval_s  # the steps stopped: the watcher looks again
+    assert check._watch_wake() is True and source.calls["stats"] == reads + 1
+
+
+def test_a_new_segment_seen_by_a_step_sample_is_judged_at_the_step():
+    from test_san_memory import advance
+
+    check, sess, source, clock = make(FakeSource(segments=[]))
+    check.start()
+    pinned = segment(PINNED["address"], PINNED_LAYOUT)
+    source.segments = [pinned]
+    source.bump(reserved=20 * UNIT, allocated=8 * UNIT, segments=1, num_device_alloc=1)
+    for _ in range(3):
+        advance(sess, check, clock, 0.06)
+    source.segments = [pinned, NEW]
+    source.bump(reserved=40 * UNIT, allocated=16 * UNIT, segments=2, num_device_alloc=2)
+    advance(sess, check, clock, 0.06)
+    check.stop()
+    (finding,) = [f for f in check.findings() if f.details.get("trigger") == "new-segment"]
+    assert finding.details["site_observed"] == memory.SEEN_ON_MAIN_THREAD
+    assert finding.details["step"] == 4 and finding.details["request_bytes"] == 8 * UNIT
