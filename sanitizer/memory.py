@@ -337,11 +337,14 @@ class MemoryCheck:
             return
         if not _observer_attached:
             self._attach_observer()
-        stats = self._take_sample(step)
-        # The counters just read serve the look too, so the watcher need not read them again.
-        self._watch_tick(stats)
-        self._step_looked_at = now = self._clock()
-        self._next_sample_at = now + self.sample_interval_s
+        try:
+            stats = self._take_sample(step)
+            # The counters just read serve the look too, so the watcher need not read them again.
+            self._watch_tick(stats)
+            self._step_looked_at = self._clock()
+        except Exception as error:  # inside the user's optimizer step: recorded, never raised
+            self.errors.record("step sample", error)
+        self._next_sample_at = self._clock() + self.sample_interval_s
 
     def _take_sample(self, step: Optional[int]) -> AllocatorStats:
         source = self._source

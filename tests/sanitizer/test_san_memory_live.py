@@ -235,3 +235,18 @@ def test_a_new_segment_seen_by_a_step_sample_is_judged_at_the_step():
     (finding,) = [f for f in check.findings() if f.details.get("trigger") == "new-segment"]
     assert finding.details["site_observed"] == memory.SEEN_ON_MAIN_THREAD
     assert finding.details["step"] == 4 and finding.details["request_bytes"] == 8 * UNIT
+
+
+def test_a_failing_step_sample_is_recorded_and_the_users_step_goes_on():
+    from test_san_memory import advance
+
+    check, sess, source, clock = make(FakeSource(segments=[]))
+    check.start()
+    source.fail_stats = True
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(3):
+            advance(sess, check, clock, 0.06)  # would raise into optimizer.step() if the sample raised
+        check.stop()
+    errors = check.summary()["internal_errors"]
+    assert any("step sample" in entry and "stats failed" in entry for entry in errors["first"])
