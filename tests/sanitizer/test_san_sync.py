@@ -272,6 +272,78 @@ def test_a_tensor_method_wrapper_times_a_device_tensor_and_lets_a_host_tensor_th
     assert len(host_calls) == 1
 
 
+class _PlainOnDevice:
+    is_cuda = True
+
+
+def test_a_call_known_to_sync_is_recorded_with_the_debug_mode_off():
+    modes, seen_inside = [], []
+    with sanitize(checks={"sync"}) as session:
+        check = session._checks[0]
+        check._set_debug_mode = modes.append  # what torch._C._cuda_set_sync_debug_mode is on a GPU
+        check._plain_tensor_types = (_PlainOnDevice,)
+        read = check._timed("item", "Tensor.item", bare=True, syncs_on_device=True)(
+            lambda value: seen_inside.append(list(modes)) or 2.0)
+        assert read(_PlainOnDevice()) == 2.0; here = __import__("sys")._getframe().f_lineno
+        assert modes == [0, 1] and seen_inside == [[0]]
+    [finding] = session.findings
+    assert finding.line == here and finding.details["sync_kind"] == "item" and finding.details["timed_calls"] == 1
+
+
+def test_a_tensor_subclass_is_left_to_the_warning(lib):
+    # A FakeTensor under torch.compile's tracing is a subclass whose .item() does not sync.
+    class Traced(_PlainOnDevice):
+        pass
+
+    modes = []
+    with sanitize(checks={"sync"}) as session:
+        check = session._checks[0]
+        check._set_debug_mode = modes.append
+        check._plain_tensor_types = (_PlainOnDevice,)
+        read = check._timed("item", "Tensor.item", bare=True, syncs_on_device=True)(lambda value: 2.0)
+        read(Traced())
+        assert modes == [] and check._sites == {}
+        warned = check._timed("item", "Tensor.item", bare=True, syncs_on_device=True)(lambda value: lib.read_back(3.0))
+        warned(Traced()); here = __import__("sys")._getframe().f_lineno
+    [finding] = session.findings
+    assert finding.line == here and modes == []
+
+
+def test_the_debug_mode_comes_back_when_the_last_quiet_call_ends_and_never_after_stop():
+    modes = []
+    with sanitize(checks={"sync"}) as session:
+        check = session._checks[0]
+        check._set_debug_mode = modes.append
+        check._quiet_begin(); check._quiet_begin()  # two threads in calls known to sync
+        check._quiet_end()
+        assert modes == [0]
+        check._quiet_end()
+        assert modes == [0, 1]
+        check._quiet_begin()
+    check._quiet_end()  # a call that outlived the session
+    assert modes == [0, 1, 0]
+
+
+@pytest.mark.parametrize("call", ["to", "copy_ positional", "copy_ keyword"])
+def test_a_non_blocking_copy_from_device_memory_is_let_through_untimed(call):
+    depth_inside = []
+    with sanitize(checks={"sync"}) as session:
+        check = session._checks[0]
+
+        def original(self_tensor, *args, **kwargs):
+            depth_inside.append(check._tls.depth)
+            return self_tensor
+
+        if call == "to":
+            check._copy_wrapper("Tensor.to", destination_first=False)(original)(_PlainOnDevice(), "cuda:1", non_blocking=True)
+        elif call == "copy_ positional":
+            check._copy_wrapper("Tensor.copy_", destination_first=True)(original)(object(), _PlainOnDevice(), True)
+        else:
+            check._copy_wrapper("Tensor.copy_", destination_first=True)(original)(object(), src=_PlainOnDevice(),
+                                                                                   non_blocking=True)
+    assert depth_inside == [0] and session.findings == []
+
+
 def test_a_wrapped_method_still_rejects_arguments_it_does_not_take():
     with pytest.raises(TypeError):
         torch.ones(1).item(1)

@@ -188,6 +188,35 @@ def test_noqa_and_allow_sync_silence_sites():
     assert set(_sites(session)) == {(wrong_code, "item")}
 
 
+def test_a_quiet_item_leaves_warn_mode_on_for_the_syncs_after_it():
+    # .item() on a plain CUDA tensor is recorded with the debug mode off for the call (sync.py's docstring).
+    x = torch.ones(4, device="cuda")
+    with sanitize(checks={"sync"}, sync_min_count=1) as session:
+        x.sum().item(); item_line = _line()
+        assert torch.cuda.get_sync_debug_mode() == 1
+        if x.sum() > 0:
+            x.cpu(); cpu_line = _line()
+    assert _assert_site(session, item_line, "item").count == 1
+    assert _assert_site(session, cpu_line, "cpu").count == 1
+
+
+def test_grad_scaler_non_blocking_found_inf_copy_is_not_a_sync():
+    model = torch.nn.Linear(64, 64).cuda()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cuda")
+    data = torch.randn(8, 64, device="cuda")
+    with sanitize(checks={"sync"}, warmup_steps=0) as session:
+        for _ in range(3):
+            with torch.autocast("cuda", dtype=torch.float16):
+                loss = model(data).float().square().mean()
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad()
+    kinds = sorted(f.details["sync_kind"] for f in session.findings if f.kind == "sync")
+    assert kinds == ["item"], [(f.file, f.line, f.details["sync_kind"]) for f in session.findings]
+
+
 def test_stop_restores_every_global():
     before = (torch.cuda.get_sync_debug_mode(), torch.cuda.synchronize, torch.Tensor.__dict__.get("item"),
               warnings.showwarning, len(warnings.filters))
