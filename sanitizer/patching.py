@@ -11,7 +11,7 @@ around ``torch.cuda.synchronize``) unwind cleanly.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, List
+from typing import Any, Callable, Dict, List
 
 
 class Patch:
@@ -77,7 +77,15 @@ class WarningHook:
     once-per-location rule from collapsing repeats and ``-W error`` from
     turning them into exceptions. Install it inside pytest's per-test
     ``catch_warnings``: that context bypasses hooks installed before it.
+    ``listening(prefix)`` counts the hooks in place for a text, so a check
+    that could silence the warning at its source knows whether another needs it.
     """
+
+    _in_place: Dict[str, int] = {}  # prefix -> hooks installed and not yet removed
+
+    @classmethod
+    def listening(cls, prefix: str) -> int:
+        return cls._in_place.get(prefix, 0)
 
     def __init__(self, prefix: str, on_match: Callable[[], bool]) -> None:
         self.prefix = prefix
@@ -100,6 +108,7 @@ class WarningHook:
 
         self._previous, self._installed = previous, showwarning
         warnings.showwarning = showwarning
+        WarningHook._in_place[prefix] = WarningHook.listening(prefix) + 1
         before = list(warnings.filters)
         warnings.filterwarnings("always", message=re.escape(prefix))
         self._filters = [entry for entry in warnings.filters if entry not in before]
@@ -111,6 +120,7 @@ class WarningHook:
             if warnings.showwarning is self._installed:
                 warnings.showwarning = self._previous
             self._installed = None
+            WarningHook._in_place[self.prefix] = WarningHook.listening(self.prefix) - 1
         if self._filters:
             for entry in self._filters:
                 try:

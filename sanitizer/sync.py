@@ -29,7 +29,9 @@ the training thread ~80 µs of wall time in place (an H100 host, the
 transformer step's one GradScaler ``.item()``), against ~1 µs for the two
 mode switches. The mode is global, so a sync another thread makes while
 such a call waits goes unseen; the same thread's syncs outside those calls
-are still seen. A tensor subclass (a FakeTensor under ``torch.compile``'s
+are still seen. While another hook listens for the warning (the race check
+before it activates, where the native tap's sync ledger is missing; a
+nested session), the mode stays on and the warning reaches it. A tensor subclass (a FakeTensor under ``torch.compile``'s
 tracing, a DTensor) takes the warning path: only a plain tensor's
 ``.item()`` is known to sync.
 
@@ -258,6 +260,7 @@ class SyncCheck:
         # The debug mode off for calls known to sync (module docstring): how many are in flight, and the setter.
         self._quiet_lock = threading.Lock()
         self._quiet_calls = 0
+        self._quieted = False  # the mode is off now, for the calls in flight
         self._set_debug_mode: Optional[Callable[[int], None]] = None
         self._plain_tensor_types: Tuple[type, ...] = ()
         self._torch = None
@@ -400,17 +403,22 @@ class SyncCheck:
         return make
 
     def _quiet_begin(self) -> None:
-        """A call known to sync starts: the debug mode goes off while any such call runs."""
+        """A call known to sync starts: the debug mode goes off while any such call runs,
+        unless a hook besides this check's own still needs the warning."""
         with self._quiet_lock:
             self._quiet_calls += 1
-            if self._quiet_calls == 1 and self._set_debug_mode is not None:
+            if (self._quiet_calls == 1 and self._set_debug_mode is not None
+                    and WarningHook.listening(SYNC_WARNING) == 1):
                 self._set_debug_mode(SYNC_DEBUG_OFF)
+                self._quieted = True
 
     def _quiet_end(self) -> None:
         with self._quiet_lock:
             self._quiet_calls -= 1
-            if self._quiet_calls == 0 and self._set_debug_mode is not None:
-                self._set_debug_mode(SYNC_DEBUG_WARN)
+            if self._quiet_calls == 0 and self._quieted:
+                self._quieted = False
+                if self._set_debug_mode is not None:
+                    self._set_debug_mode(SYNC_DEBUG_WARN)
 
     def _copy_wrapper(self, api: str, destination_first: bool):
         """``to`` / ``cuda`` / ``copy_``: a blocking copy syncs through the warning;

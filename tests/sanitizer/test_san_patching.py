@@ -47,6 +47,18 @@ def test_two_checks_wrapping_one_function_unwind_in_reverse_order():
     assert module.synchronize is original
 
 
+def test_warning_hooks_in_place_are_counted_per_text():
+    from torchlint.sanitizer.patching import WarningHook
+
+    first, second = WarningHook("some text", lambda: True), WarningHook("some text", lambda: True)
+    assert WarningHook.listening("some text") == 0
+    first.install(); second.install()
+    assert WarningHook.listening("some text") == 2 and WarningHook.listening("other text") == 0
+    second.remove(); second.remove()  # removing twice counts once
+    first.remove()
+    assert WarningHook.listening("some text") == 0
+
+
 def test_a_patch_changes_nothing_until_applied():
     module = types.SimpleNamespace(value=1)
     patch = Patch(module, "value", lambda current: current + 1)

@@ -290,6 +290,31 @@ def test_a_call_known_to_sync_is_recorded_with_the_debug_mode_off():
     assert finding.line == here and finding.details["sync_kind"] == "item" and finding.details["timed_calls"] == 1
 
 
+def test_the_debug_mode_stays_on_while_another_hook_needs_the_warning(lib):
+    # The race check, before it activates without the native tap's ledger, learns of
+    # .item() syncs from this warning: silencing it at the source would hide them.
+    from torchlint.sanitizer.patching import WarningHook
+    from torchlint.sanitizer.sync import SYNC_WARNING
+
+    heard = []
+    modes = []
+    with sanitize(checks={"sync"}) as session:
+        other = WarningHook(SYNC_WARNING, lambda: heard.append(1) or False)
+        other.install()
+        try:
+            check = session._checks[0]
+            check._set_debug_mode = modes.append
+            check._plain_tensor_types = (_PlainOnDevice,)
+            read = check._timed("item", "Tensor.item", bare=True, syncs_on_device=True)(
+                lambda value: lib.read_back(2.0))
+            read(_PlainOnDevice()); here = __import__("sys")._getframe().f_lineno
+        finally:
+            other.remove()
+    assert modes == [] and heard == [1]
+    [finding] = session.findings
+    assert finding.line == here and finding.count == 1 and finding.details["timed_calls"] == 1
+
+
 def test_a_tensor_subclass_is_left_to_the_warning(lib):
     # A FakeTensor under torch.compile's tracing is a subclass whose .item() does not sync.
     class Traced(_PlainOnDevice):

@@ -200,6 +200,20 @@ def test_a_quiet_item_leaves_warn_mode_on_for_the_syncs_after_it():
     assert _assert_site(session, cpu_line, "cpu").count == 1
 
 
+def test_an_item_still_orders_side_stream_work_for_the_race_check_under_the_fallback(monkeypatch):
+    # Without the native tap's ledger the race check hears of .item() through the sync
+    # warning; the sync check must not silence it (sync.py's docstring).
+    monkeypatch.setenv("TORCHLINT_RACE_TAP", "python")
+    with sanitize(checks={"sync", "race"}, sync_min_count=1) as session:
+        a = torch.rand(4, 2, device="cuda")
+        a.sum().item(); line = _line()
+        with torch.cuda.stream(torch.cuda.Stream()):
+            torch.mul(a, 5, out=a)
+        torch.cuda.synchronize()
+    assert [f for f in session.findings if f.kind == "race"] == []
+    assert _assert_site(session, line, "item").count == 1
+
+
 def test_grad_scaler_non_blocking_found_inf_copy_is_not_a_sync():
     model = torch.nn.Linear(64, 64).cuda()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
