@@ -16,10 +16,11 @@ events; ``timeline.py`` owns and bounds the series) runs in two places. While
 the program steps, the step sample makes it with the counters it just read,
 on the main thread. Between step samples, and in programs without steps, the
 watcher thread makes it every ``WATCH_INTERVAL_S``. The watcher skips its
-look while a step sample is recent: a counters read from the watcher cost
-the stepping thread ~190 µs of wall time each on an H100 (the GIL and the
-allocator's lock change hands), 1% of a launch-bound step at 50 Hz, where
-the same read on the main thread costs ~10 µs.
+look while a step sample is recent, and sleeps until that look runs out: a
+counters read from the watcher cost the stepping thread ~190 µs of wall time
+each on an H100 (the GIL and the allocator's lock change hands), 1% of a
+launch-bound step at 50 Hz, where the same read on the main thread costs
+~10 µs, and even a wake that reads nothing takes the GIL once.
 
 Every torch call sits behind ``TorchAllocatorSource`` (``allocator.py``); the
 CPU tests drive ``MemoryCheck`` with a fake source and a fake clock.
@@ -55,6 +56,7 @@ CHURN_MIN_STEPS = 2
 # allocator counters when no step sample is recent, so memory is observed while it
 # happens without steps too (~8 µs a read in a tight loop, ~190 µs of the stepping
 # thread's time in place: the module docstring says why the step sample reads instead).
+# While a step sample's look is recent, the watcher sleeps until it runs out.
 WATCH_INTERVAL_S = 0.02
 # A step sample younger than this many sample intervals stands in for the watcher's look.
 STEP_LOOK_COVERS_INTERVALS = 2.0
@@ -425,8 +427,18 @@ class MemoryCheck:
     # -------------------------------------------------------------- the watcher
 
     def _watch_loop(self) -> None:
-        while not self._watch_stop.wait(self.watch_interval_s):
+        while not self._watch_stop.wait(self._watch_sleep_s()):
             self._watch_wake()
+
+    def _watch_sleep_s(self) -> float:
+        """How long the watcher sleeps: until a recent step sample's look runs out, at least one interval.
+
+        While the program steps, every wake inside that span would only find the
+        look already made; each such wake still takes the GIL from the training
+        thread. So the watcher wakes about once per step sample, not at 50 Hz.
+        """
+        covered_until = self._step_looked_at + STEP_LOOK_COVERS_INTERVALS * self.sample_interval_s
+        return max(self.watch_interval_s, covered_until - self._clock())
 
     def _watch_wake(self) -> bool:
         """One wake of the watcher: a look, unless a recent step sample made it. True if it looked."""

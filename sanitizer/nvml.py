@@ -3,8 +3,10 @@
 One thread per sampler, one NVML handle, ``nvmlInit`` once per process (NVML
 reference-counts init; torch's own ``torch.cuda.utilization()`` pays for init
 and a handle lookup on every call, ~11 µs, so it is not used). pynvml's calls
-go through ctypes, which releases the GIL, so sampling at 2-10 Hz does not
-slow the training thread.
+go through ctypes, which releases the GIL while NVML works; each call still
+takes the GIL back from the training thread when it returns, so a sample
+makes few calls: memory and utilization every time, the process list on one
+sample in ``PROCESS_LIST_EVERY``.
 
 Without pynvml, without a GPU or without permission the sampler reports
 "unavailable" with the reason and produces no findings.
@@ -29,6 +31,11 @@ MIN_UTILIZATION_SAMPLES = 10
 MIN_UTILIZATION_SECONDS = 5.0
 # utilization.gpu lags 2-3 samples at 100 ms polling (runtime-hooks §5).
 LAG_SAMPLES = 2
+# The process list is read on one sample in this many (once a second at 5 Hz): it is
+# the sample's costliest part (two ctypes calls, each giving the GIL away and taking it
+# back from the training thread), and per-process memory moves with the allocator's
+# segments, which the memory check already follows at 20 Hz.
+PROCESS_LIST_EVERY = 5
 
 _init_lock = threading.Lock()
 # The module objects themselves, not their ids: an id can be reused.
@@ -89,6 +96,7 @@ class NvmlSampler:
         self.device_name: Optional[str] = None
         self.recent: Deque[NvmlSample] = collections.deque(maxlen=keep_samples)
         self._measure_from: Optional[float] = None
+        self._process_usage: tuple = (None, None)  # the last list read: (own, others)
         self._reset_aggregates()
 
     def _reset_aggregates(self) -> None:
@@ -214,7 +222,9 @@ class NvmlSampler:
             utilization: Optional[int] = int(nvml.nvmlDeviceGetUtilizationRates(self._handle).gpu)
         except Exception:  # NotSupported on some devices and under MIG
             utilization = None
-        own, others = self.process_usage()
+        if self.samples % PROCESS_LIST_EVERY == 0:
+            self._process_usage = self.process_usage()
+        own, others = self._process_usage
         sample = NvmlSample(now, int(memory.used), int(memory.total), utilization, own, others)
         with self._lock:
             self.samples += 1

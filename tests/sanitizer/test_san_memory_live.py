@@ -6,6 +6,8 @@ test_san_memory.py.
 """
 import warnings
 
+import pytest
+
 from torchlint.sanitizer import fragmentation as frag
 from torchlint.sanitizer import memory
 from torchlint.sanitizer.findings import FRAGMENTATION
@@ -250,3 +252,21 @@ def test_a_failing_step_sample_is_recorded_and_the_users_step_goes_on():
         check.stop()
     errors = check.summary()["internal_errors"]
     assert any("step sample" in entry and "stats failed" in entry for entry in errors["first"])
+
+
+def test_the_watcher_sleeps_until_its_look_is_due():
+    """While step samples come, the watcher wakes once per sample, not every WATCH_INTERVAL_S."""
+    from test_san_memory import advance
+
+    check, sess, source, clock = make_with_timeline(FakeSource(segments=[]))
+    check.start()
+    assert check._watch_sleep_s() == check.watch_interval_s  # no step sample yet: the plain interval
+    for _ in range(3):  # warm-up ends at step 2: the step sample runs
+        advance(sess, check, clock, 0.06)
+    covered = memory.STEP_LOOK_COVERS_INTERVALS * check.sample_interval_s
+    assert check._watch_sleep_s() == pytest.approx(covered)
+    clock.now += covered - 0.01
+    assert check._watch_sleep_s() == check.watch_interval_s  # never shorter than one interval
+    clock.now += 1.0  # the steps stopped long ago
+    assert check._watch_sleep_s() == check.watch_interval_s
+    check.stop()

@@ -227,3 +227,23 @@ def test_start_up_before_the_measurement_starts_is_not_the_users_time():
     run(s, clock, 30)
     assert s.findings() == []
     assert s.summary()["duration_s"] == pytest.approx(6.0)
+
+
+def test_the_process_list_is_read_on_every_fifth_sample():
+    class Counting(FakeNvml):
+        process_reads = 0
+
+        def nvmlDeviceGetComputeRunningProcesses(self, handle):
+            self.process_reads += 1
+            return super().nvmlDeviceGetComputeRunningProcesses(handle)
+
+    fake = Counting()
+    s, clock = sampler(fake)
+    s.open()
+    run(s, clock, 10)
+    assert fake.process_reads == 10 // nvml_mod.PROCESS_LIST_EVERY
+    # The samples between two reads carry the last list's figures.
+    assert [(x.process_used, x.others_used) for x in s.recent] == [(2 * GiB, 3 * GiB)] * 10
+    fake.procs = [(100, 4 * GiB)]
+    run(s, clock, nvml_mod.PROCESS_LIST_EVERY)
+    assert s.summary()["peak_process_used_bytes"] == 4 * GiB
