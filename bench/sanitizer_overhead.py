@@ -221,6 +221,13 @@ def gpu_trace_floor(torch) -> None:
     torch._C._activate_gpu_trace()
 
 
+def sync_without_wrappers(torch) -> None:
+    """The sync check with torch's sync warning and its step hook but none of its wrappers (``.item()`` among them)."""
+    from torchlint.sanitizer import sync
+
+    sync.SyncCheck._install_wrappers = lambda self, torch: None
+
+
 def without_timeline(torch) -> None:
     """The checks record nothing for the HTML report and the trace."""
     from torchlint.sanitizer import timeline
@@ -257,6 +264,9 @@ MODES: List[Mode] = [
     Mode("sync+memory-no-watcher", frozenset({"sync", "memory"}), setup=without_memory_watcher),
     Mode("sync+memory-no-nvml", frozenset({"sync", "memory"}), setup=without_nvml),
     Mode("sync+memory-no-timeline", frozenset({"sync", "memory"}), setup=without_timeline),
+    Mode("sync-no-wrappers", frozenset({"sync"}), setup=sync_without_wrappers),
+    # A session with no check: the optimizer-step hook and the timeline's step row alone.
+    Mode("session", frozenset()),
     # Diagnosis of the race check: without per-op stacks, without the timeline, and gpu_trace's floor alone.
     Mode("race-no-sites", frozenset({"race"}), setup=race_without_sites),
     Mode("race-no-timeline", frozenset({"race"}), setup=without_timeline),

@@ -6,9 +6,9 @@ to the session's ``Timeline``:
 - the session: every step boundary (``step``);
 - the sync check: every recorded sync, with its host wait (``sync``) and the
   time its own bookkeeping took (``overhead``);
-- the memory check's watcher (a thread that reads the allocator's counters
-  every 20 ms, steps or no steps, and once more at the program's end and at
-  the session's end): allocated/reserved bytes (``memory``), each segment the
+- the memory check's look (made by the step sample every 50 ms while the
+  program steps, by a watcher thread every 20 ms when it does not, and once
+  more at the program's end and at the session's end): allocated/reserved bytes (``memory``), each segment the
   allocator mapped (``new_segments``), triggered snapshots' verdicts
   (``snapshot``); the OOM observer adds the state at an OOM (``memory``,
   ``oom``). The memory series has one owner, this one: the check keeps no
@@ -87,8 +87,9 @@ def _rank() -> Optional[int]:
 class MemorySeries:
     """The allocated/reserved curve: change points only, bounded by merging neighbours.
 
-    Written by the memory check's watcher thread and, at an OOM, by the
-    allocating thread: one lock, taken once per sample (every 20 ms).
+    Written by the memory check's look (the step sample on the main thread,
+    or the watcher thread) and, at an OOM, by the allocating thread: one
+    lock, taken once per look.
     """
 
     def __init__(self, now: Callable[[], float], max_rows: int = MAX_MEMORY_ROWS) -> None:
