@@ -8,9 +8,9 @@ to the session's ``Timeline``:
   time its own bookkeeping took (``overhead``);
 - the memory check's look (made by the step sample every 50 ms while the
   program steps, by a watcher thread every 20 ms when it does not, and once
-  more at the program's end and at the session's end): allocated/reserved bytes (``memory``), each segment the
-  allocator mapped (``new_segments``), triggered snapshots' verdicts
-  (``snapshot``); the OOM observer adds the state at an OOM (``memory``,
+  more at the program's end and at the session's end): allocated/reserved
+  bytes (``memory``), each segment the allocator mapped (``new_segments``),
+  triggered snapshots' verdicts (``snapshot``); the OOM observer adds the state at an OOM (``memory``,
   ``oom``). The memory series has one owner, this one: the check keeps no
   copy of it;
 - the race check: launches the race engine analysed (``launches``) and each
