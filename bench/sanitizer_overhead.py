@@ -28,7 +28,9 @@ or less) longer, and ``--window-seconds`` makes a fast step's windows as
 long as a slow one's. Next to the times, each arm's main-thread context
 switches per step (``thread_switches``, Linux) are counted rather than
 timed: a background thread's turns at the GIL show there even where the
-host's noise hides their time.
+host's noise hides their time. So is the main thread's own CPU time per
+step (``time.thread_time``), with its own pairwise median: work the main
+thread does itself shows there, a wait (for the GIL, for the GPU) does not.
 
 Extending it: a workload is a function in ``WORKLOADS`` that takes the torch
 module and returns a zero-argument ``step()``; a mode is an entry in ``MODES``
@@ -228,6 +230,58 @@ def sync_without_wrappers(torch) -> None:
     sync.SyncCheck._install_wrappers = lambda self, torch: None
 
 
+# Diagnosis, amplified: one periodic part of the memory check run ten times as often, the others off,
+# so its cost per event stands out of the noise ((ratio - 1) / its rate gives the cost of one event).
+def _only_memory_parts(watcher: bool, nvml_thread: bool) -> None:
+    from torchlint.sanitizer import memory, nvml
+
+    if not watcher:
+        memory.MemoryCheck._watch_loop = lambda self: None
+    if not nvml_thread:
+        nvml.NvmlSampler.start = lambda self: False
+
+
+def memory_samples_x10(torch) -> None:
+    """A step sample (counters, mem_get_info, the look) every 5 ms; no watcher, no NVML thread."""
+    from torchlint.sanitizer import memory
+
+    _only_memory_parts(watcher=False, nvml_thread=False)
+    start = memory.MemoryCheck.start
+
+    def fast_start(self) -> None:
+        self.sample_interval_s = memory.DEFAULT_SAMPLE_INTERVAL_S / 10
+        start(self)
+
+    memory.MemoryCheck.start = fast_start
+
+
+def memory_parked_wakes_x10(torch) -> None:
+    """The watcher wakes every 5 ms and finds the step sample's look recent (a parked wake); no NVML thread."""
+    from torchlint.sanitizer import memory
+
+    _only_memory_parts(watcher=True, nvml_thread=False)
+    memory.MemoryCheck._watch_sleep_s = lambda self: memory.DEFAULT_SAMPLE_INTERVAL_S / 10
+
+
+def memory_nvml_x10(torch) -> None:
+    """An NVML sample every 20 ms; no watcher."""
+    from torchlint.sanitizer import nvml
+
+    _only_memory_parts(watcher=False, nvml_thread=True)
+    start = nvml.NvmlSampler.start
+
+    def fast_start(self) -> bool:
+        self.interval_s = nvml.DEFAULT_INTERVAL_S / 10
+        return start(self)
+
+    nvml.NvmlSampler.start = fast_start
+
+
+def memory_quiet(torch) -> None:
+    """The memory check with its step samples only: no watcher, no NVML thread."""
+    _only_memory_parts(watcher=False, nvml_thread=False)
+
+
 def without_timeline(torch) -> None:
     """The checks record nothing for the HTML report and the trace."""
     from torchlint.sanitizer import timeline
@@ -267,6 +321,11 @@ MODES: List[Mode] = [
     Mode("sync-no-wrappers", frozenset({"sync"}), setup=sync_without_wrappers),
     # A session with no check: the optimizer-step hook and the timeline's step row alone.
     Mode("session", frozenset()),
+    # Diagnosis of the memory check, one part at a time, amplified (see memory_samples_x10 and its neighbours).
+    Mode("memory-quiet", frozenset({"memory"}), setup=memory_quiet),
+    Mode("memory-samples-x10", frozenset({"memory"}), setup=memory_samples_x10),
+    Mode("memory-parked-wakes-x10", frozenset({"memory"}), setup=memory_parked_wakes_x10),
+    Mode("memory-nvml-x10", frozenset({"memory"}), setup=memory_nvml_x10),
     # Diagnosis of the race check: without per-op stacks, without the timeline, and gpu_trace's floor alone.
     Mode("race-no-sites", frozenset({"race"}), setup=race_without_sites),
     Mode("race-no-timeline", frozenset({"race"}), setup=without_timeline),
@@ -388,8 +447,12 @@ def run_paired_child(workload: str, mode_name: str, steps: int, repeats: int, wa
 
     base_switches: List[float] = []
     mode_switches: List[float] = []
+    # The main thread's own CPU time per step, by arm: a cost the main thread pays itself (wrappers, the step
+    # sample, cold caches) shows here; a wait for the GIL or the GPU does not.
+    cpu_us: Dict[str, List[float]] = {"baseline": [], "mode": []}
 
-    def window(counted: Optional[List[int]] = None, switches: Optional[List[float]] = None) -> float:
+    def window(counted: Optional[List[int]] = None, switches: Optional[List[float]] = None,
+               arm: str = "baseline") -> float:
         gc.collect()
         settled = time.perf_counter() + settle_s
         settling = 0
@@ -398,11 +461,13 @@ def run_paired_child(workload: str, mode_name: str, steps: int, repeats: int, wa
             settling += 1
         synchronize()
         switched = thread_switches()
+        cpu_start = time.thread_time()
         start = time.perf_counter()
         for _ in range(steps):
             step()
         synchronize()
         elapsed = time.perf_counter() - start
+        cpu_us[arm].append((time.thread_time() - cpu_start) * 1e6 / steps)
         if switches is not None and switched is not None:
             switches.append((thread_switches() - switched) / steps)
         if counted is not None:
@@ -411,12 +476,12 @@ def run_paired_child(workload: str, mode_name: str, steps: int, repeats: int, wa
 
     def checked_window() -> float:
         if mode.checks is None:  # the A/A pair: the same plain window in the other arm
-            return window(switches=mode_switches)
+            return window(switches=mode_switches, arm="mode")
         session = SanitizerSession(checks=mode.checks)
         session.start()
         steps_in_session[0] = 0
         try:
-            return window(steps_in_session, mode_switches)
+            return window(steps_in_session, mode_switches, arm="mode")
         finally:
             session.stop()
             last["session"] = session
@@ -431,6 +496,9 @@ def run_paired_child(workload: str, mode_name: str, steps: int, repeats: int, wa
         # Counted, not timed: each is the main thread giving up the CPU (the GIL to another thread, a wait).
         result["switches_per_step"] = {"baseline": statistics.median(base_switches),
                                        "mode": statistics.median(mode_switches)}
+    if cpu_us["baseline"] and cpu_us["mode"]:
+        result["cpu_us_per_step"] = {arm: statistics.median(values) for arm, values in cpu_us.items()}
+        result["cpu_pairwise"] = [m / b for m, b in zip(cpu_us["mode"], cpu_us["baseline"]) if b > 0]
     session = last.get("session")
     if session is not None:
         result.update(_what_the_session_saw(session))
@@ -655,6 +723,11 @@ def main(argv: Optional[List[str]] = None) -> int:
             switches = r.get("switches_per_step")
             if switches:
                 notes += f"main-thread switches/step {switches['baseline']:.2f} -> {switches['mode']:.2f}  "
+            cpu = r.get("cpu_us_per_step")
+            if cpu and r.get("cpu_pairwise"):
+                median, low, high, _ = median_interval(r["cpu_pairwise"])
+                notes += (f"main-thread CPU µs/step {cpu['baseline']:.0f} -> {cpu['mode']:.0f}, pairwise {median:.3f}"
+                          + (f" [{low:.3f}, {high:.3f}]  " if low is not None else "  "))
         if r.get("allocations_per_step"):
             notes += f"{r['allocations_per_step']:.0f} allocs/step  "
         race = r.get("race") or {}

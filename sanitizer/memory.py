@@ -3,9 +3,14 @@
 Cost model (runtime-hooks §4.1, re-measured on an H200 with torch 2.11):
 ``torch.cuda.memory_stats()`` costs ~56 µs because it flattens 122 keys in
 Python, the raw ``torch._C._cuda_memoryStats`` behind it ~8 µs,
-``mem_get_info()`` ~4 µs, a snapshot ~0.16 ms. So ``on_step`` does one clock
-read per step and samples (raw stats + ``mem_get_info``) only once per
-``sample_interval_s`` (50 ms: ~0.25 µs per step on average on a 1 ms step).
+``mem_get_info()`` ~4 µs, a snapshot ~0.16 ms, all in a tight loop. In place,
+once every 36 launch-bound steps, the raw counters cost ~50 µs and
+``mem_get_info()`` ~83 µs (``bench/memory_sample_parts.py``, H200): work done
+once per 50 ms runs with cold caches, and ``mem_get_info`` is a driver round
+trip while kernels are queued. So ``on_step`` does one clock read per step and
+samples the counters only once per ``sample_interval_s`` (50 ms), and the
+sample reads ``mem_get_info`` only when reserved memory moved or its last
+reading is ``DEVICE_READ_EVERY_S`` old (``_device_memory``).
 Snapshots are taken only on a trigger (allocation retries rose, slack high
 near the cap, many inactive split blocks, an OOM, the session's end) and
 rate-limited. ``memory_allocated()``/``memory_reserved()`` are never called:
@@ -16,11 +21,11 @@ events; ``timeline.py`` owns and bounds the series) runs in two places. While
 the program steps, the step sample makes it with the counters it just read,
 on the main thread. Between step samples, and in programs without steps, the
 watcher thread makes it every ``WATCH_INTERVAL_S``. The watcher skips its
-look while a step sample is recent, and sleeps until that look runs out: a
-counters read from the watcher cost the stepping thread ~190 µs of wall time
-each on an H100 (the GIL and the allocator's lock change hands), 1% of a
-launch-bound step at 50 Hz, where the same read on the main thread costs
-~10 µs, and even a wake that reads nothing takes the GIL once.
+look while a step sample is recent, and is parked (``PARKED_WAKE_S``) while
+step samples come: a counters read from the watcher cost the stepping thread
+~190 µs of wall time each on an H100 (the GIL and the allocator's lock change
+hands), 1% of a launch-bound step at 50 Hz, where the same read on the main
+thread costs ~10 µs, and even a wake that reads nothing takes the GIL once.
 
 Every torch call sits behind ``TorchAllocatorSource`` (``allocator.py``); the
 CPU tests drive ``MemoryCheck`` with a fake source and a fake clock.
@@ -44,6 +49,9 @@ from .nvml import NvmlSampler
 MiB = 1 << 20
 DEFAULT_SAMPLE_INTERVAL_S = 0.05
 SNAPSHOT_MIN_INTERVAL_S = 1.0
+# The device's free memory is read again after this long even when reserved stayed put
+# (``MemoryCheck._device_memory``): what other processes take shows within it.
+DEVICE_READ_EVERY_S = 1.0
 MAX_TRIGGERED_SNAPSHOTS = 8
 NEAR_CAP_FRACTION = 0.9
 HIGH_SLACK = 0.3
@@ -56,10 +64,15 @@ CHURN_MIN_STEPS = 2
 # allocator counters when no step sample is recent, so memory is observed while it
 # happens without steps too (~8 µs a read in a tight loop, ~190 µs of the stepping
 # thread's time in place: the module docstring says why the step sample reads instead).
-# While a step sample's look is recent, the watcher sleeps until it runs out.
 WATCH_INTERVAL_S = 0.02
 # A step sample younger than this many sample intervals stands in for the watcher's look.
 STEP_LOOK_COVERS_INTERVALS = 2.0
+# While step samples come, the watcher is parked: it wakes this often only to learn
+# whether the steps stopped. Each wake takes the GIL from the stepping thread
+# (~0.2% of a launch-bound step at one wake per 50 ms sample, H200); when the steps
+# stop, the watcher's looks resume within this time, and the allocator's own peak
+# counters keep the peaks exact meanwhile.
+PARKED_WAKE_S = 0.5
 NEW_SEGMENT_SNAPSHOT_MIN_INTERVAL_S = 0.1
 MAX_NEW_SEGMENT_SNAPSHOTS = 64
 # TORCHLINT_MEMORY_HISTORY=1: the allocator records a Python stack per allocation
@@ -182,6 +195,9 @@ class MemoryCheck:
         self._cap: Optional[int] = None
         self._device_total: Optional[int] = None
         self._min_device_free: Optional[int] = None
+        self._device_read_at = -math.inf  # the last mem_get_info (the check's clock) ...
+        self._device_read_reserved: Optional[int] = None  # ... and the reserved bytes it was read at
+        self._device_free: Optional[int] = None
         self._max_reserved = 0
         self._max_allocated = 0
         self._samples = 0
@@ -308,7 +324,7 @@ class MemoryCheck:
         try:
             if self._source is not None and self._source.is_initialized():
                 self._watch_tick()
-                stats = self._take_sample(self._last_step)
+                stats = self._take_sample(self._last_step, read_device=True)
                 self._end_stats = stats
                 self._snapshot("session-end", self._last_step, under_pressure=self._under_pressure())
         except Exception as exc:  # a failing allocator query must not break the user's teardown
@@ -350,14 +366,11 @@ class MemoryCheck:
             self.errors.record("step sample", error)
         self._next_sample_at = self._clock() + self.sample_interval_s
 
-    def _take_sample(self, step: Optional[int]) -> AllocatorStats:
+    def _take_sample(self, step: Optional[int], *, read_device: bool = False) -> AllocatorStats:
         source = self._source
         stats = source.stats()
-        free, total = source.mem_get_info()
+        free, total = self._device_memory(stats, read_device)
         self._samples += 1
-        self._device_total = total
-        self._cap = source.cap(total)
-        self._min_device_free = free if self._min_device_free is None else min(self._min_device_free, free)
         self._max_reserved = max(self._max_reserved, stats.reserved)
         self._max_allocated = max(self._max_allocated, stats.allocated)
         previous = self._last_stats or stats
@@ -391,6 +404,27 @@ class MemoryCheck:
         if trigger is not None and not self._stopped:
             self._maybe_snapshot(trigger, step)
         return stats
+
+    def _device_memory(self, stats: AllocatorStats, force: bool = False) -> Tuple[int, int]:
+        """The device's (free, total), read again only when it may have moved.
+
+        ``mem_get_info`` is a round trip to the driver: ~6 µs in a tight loop,
+        ~83 µs in place while a launch-bound step keeps kernels queued
+        (``bench/memory_sample_parts.py``, H200), as much as the rest of a
+        step sample.
+        This process moves the device's free memory only by mapping or
+        releasing segments, which ``reserved`` shows; other processes and
+        ``set_per_process_memory_fraction`` are caught within
+        ``DEVICE_READ_EVERY_S``.
+        """
+        if (force or self._device_free is None or stats.reserved != self._device_read_reserved
+                or self._clock() - self._device_read_at >= DEVICE_READ_EVERY_S):
+            free, total = self._source.mem_get_info()
+            self._device_read_at, self._device_read_reserved = self._clock(), stats.reserved
+            self._device_free, self._device_total = free, total
+            self._cap = self._source.cap(total)
+            self._min_device_free = free if self._min_device_free is None else min(self._min_device_free, free)
+        return self._device_free, self._device_total
 
     def _under_pressure(self) -> bool:
         return self._pressure or bool(self._ooms)
@@ -431,14 +465,15 @@ class MemoryCheck:
             self._watch_wake()
 
     def _watch_sleep_s(self) -> float:
-        """How long the watcher sleeps: until a recent step sample's look runs out, at least one interval.
+        """How long the watcher sleeps: ``PARKED_WAKE_S`` while step samples come, else one interval.
 
-        While the program steps, every wake inside that span would only find the
-        look already made; each such wake still takes the GIL from the training
-        thread. So the watcher wakes about once per step sample, not at 50 Hz.
+        While the program steps, every wake would only find the look already
+        made by a step sample; each wake still takes the GIL from the training
+        thread. So the watcher wakes twice a second then, not at 50 Hz.
         """
-        covered_until = self._step_looked_at + STEP_LOOK_COVERS_INTERVALS * self.sample_interval_s
-        return max(self.watch_interval_s, covered_until - self._clock())
+        if self._clock() - self._step_looked_at < STEP_LOOK_COVERS_INTERVALS * self.sample_interval_s:
+            return max(self.watch_interval_s, PARKED_WAKE_S)
+        return self.watch_interval_s
 
     def _watch_wake(self) -> bool:
         """One wake of the watcher: a look, unless a recent step sample made it. True if it looked."""

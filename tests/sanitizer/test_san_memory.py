@@ -159,9 +159,32 @@ def test_one_clock_read_per_step_and_sparse_samples_on_a_fast_loop():
         advance(sess, check, clock, 0.001)  # a 1 ms step
     sampled = source.calls["stats"] - start_calls
     assert 15 <= sampled <= 22  # ~1 s of steps / 50 ms
-    assert source.calls["mem_get_info"] == sampled
+    # The device's free memory is read on the first sample, then once per DEVICE_READ_EVERY_S (1 s) at most.
+    assert 1 <= source.calls["mem_get_info"] <= 2
     check.stop()
     assert source.calls["stats"] == start_calls + sampled + 2  # the watcher's last look, one final sample
+
+
+def test_the_device_is_read_again_when_reserved_moves_or_its_reading_ages():
+    check, sess, source, clock = make(warmup=0, sample_interval_s=0.05)
+    sess.in_warmup = False
+    check.start()
+    advance(sess, check, clock, 0.05)
+    reads = source.calls["mem_get_info"]
+    advance(sess, check, clock, 0.05)
+    assert source.calls["mem_get_info"] == reads  # reserved unchanged, the reading fresh: not read
+    source.bump(reserved=source.current.reserved + 2 * MiB, segments=source.current.segments + 1)
+    advance(sess, check, clock, 0.05)
+    assert source.calls["mem_get_info"] == reads + 1  # this process mapped a segment
+    # Another process takes most of the device: seen within DEVICE_READ_EVERY_S, with reserved unchanged.
+    source.free = 2 * GiB
+    steps = 0
+    while check.summary()["min_device_free_bytes"] != 2 * GiB:
+        advance(sess, check, clock, 0.05)
+        steps += 1
+        assert steps * 0.05 <= memory.DEVICE_READ_EVERY_S + 0.05
+    assert check._under_pressure()
+    check.stop()
 
 
 def test_slow_steps_are_sampled_every_step():

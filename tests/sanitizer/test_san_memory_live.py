@@ -254,8 +254,8 @@ def test_a_failing_step_sample_is_recorded_and_the_users_step_goes_on():
     assert any("step sample" in entry and "stats failed" in entry for entry in errors["first"])
 
 
-def test_the_watcher_sleeps_until_its_look_is_due():
-    """While step samples come, the watcher wakes once per sample, not every WATCH_INTERVAL_S."""
+def test_the_watcher_is_parked_while_step_samples_come():
+    """While step samples come, the watcher wakes every PARKED_WAKE_S, not every WATCH_INTERVAL_S."""
     from test_san_memory import advance
 
     check, sess, source, clock = make_with_timeline(FakeSource(segments=[]))
@@ -263,10 +263,10 @@ def test_the_watcher_sleeps_until_its_look_is_due():
     assert check._watch_sleep_s() == check.watch_interval_s  # no step sample yet: the plain interval
     for _ in range(3):  # warm-up ends at step 2: the step sample runs
         advance(sess, check, clock, 0.06)
+    assert check._watch_sleep_s() == memory.PARKED_WAKE_S
+    assert not check._watch_wake()  # a parked wake finds the step sample's look and reads nothing
     covered = memory.STEP_LOOK_COVERS_INTERVALS * check.sample_interval_s
-    assert check._watch_sleep_s() == pytest.approx(covered)
-    clock.now += covered - 0.01
-    assert check._watch_sleep_s() == check.watch_interval_s  # never shorter than one interval
-    clock.now += 1.0  # the steps stopped long ago
+    clock.now += covered  # the steps stopped: the next wake looks, and the watcher is back to its interval
     assert check._watch_sleep_s() == check.watch_interval_s
+    assert check._watch_wake()
     check.stop()
