@@ -3,7 +3,7 @@
 Cost model (runtime-hooks §4.1, re-measured on an H200 with torch 2.11):
 ``torch.cuda.memory_stats()`` costs ~56 µs because it flattens 122 keys in
 Python, the raw ``torch._C._cuda_memoryStats`` behind it ~8 µs,
-``mem_get_info()`` ~4 µs, a snapshot ~0.16 ms, all in a tight loop. In place,
+``mem_get_info()`` ~4-6 µs, a snapshot ~0.16 ms, all in a tight loop. In place,
 once every 36 launch-bound steps, the raw counters cost ~50 µs and
 ``mem_get_info()`` ~83 µs (``bench/memory_sample_parts.py``, H200): work done
 once per 50 ms runs with cold caches, and ``mem_get_info`` is a driver round
@@ -70,8 +70,8 @@ STEP_LOOK_COVERS_INTERVALS = 2.0
 # While step samples come, the watcher is parked: it wakes this often only to learn
 # whether the steps stopped. Each wake takes the GIL from the stepping thread
 # (~0.2% of a launch-bound step at one wake per 50 ms sample, H200); when the steps
-# stop, the watcher's looks resume within this time, and the allocator's own peak
-# counters keep the peaks exact meanwhile.
+# stop, the watcher's looks resume within this time; a peak in that gap still shows
+# in the allocator's own peak counters (``_peak``).
 PARKED_WAKE_S = 0.5
 NEW_SEGMENT_SNAPSHOT_MIN_INTERVAL_S = 0.1
 MAX_NEW_SEGMENT_SNAPSHOTS = 64
@@ -410,10 +410,10 @@ class MemoryCheck:
 
         ``mem_get_info`` is a round trip to the driver: ~6 µs in a tight loop,
         ~83 µs in place while a launch-bound step keeps kernels queued
-        (``bench/memory_sample_parts.py``, H200), as much as the rest of a
-        step sample.
-        This process moves the device's free memory only by mapping or
-        releasing segments, which ``reserved`` shows; other processes and
+        (``bench/memory_sample_parts.py``, H200), about 40% of what a step
+        sample cost while it read it every time. This process moves the
+        device's free memory only by mapping or releasing segments, which
+        ``reserved`` shows; other processes and
         ``set_per_process_memory_fraction`` are caught within
         ``DEVICE_READ_EVERY_S``.
         """
