@@ -30,7 +30,7 @@ def parts(torch) -> Dict[str, Callable[[], object]]:
     from torchlint.sanitizer.memory import MemoryCheck
 
     source = TorchAllocatorSource(torch)
-    free, total = source.mem_get_info()
+    _, total = source.mem_get_info()
 
     class Session:  # what MemoryCheck reads from its session
         in_warmup = False
@@ -75,7 +75,6 @@ def main(argv=None) -> int:
 
     import torch
 
-    sys.argv = [sys.argv[0]]
     from sanitizer_overhead import launch_bound  # the same step the overhead bench times
 
     step = launch_bound(torch)

@@ -233,12 +233,10 @@ def sync_without_wrappers(torch) -> None:
 # Diagnosis, amplified: one periodic part of the memory check run ten times as often, the others off,
 # so its cost per event stands out of the noise ((ratio - 1) / its rate gives the cost of one event).
 def _only_memory_parts(watcher: bool, nvml_thread: bool) -> None:
-    from torchlint.sanitizer import memory, nvml
-
     if not watcher:
-        memory.MemoryCheck._watch_loop = lambda self: None
+        without_memory_watcher(None)
     if not nvml_thread:
-        nvml.NvmlSampler.start = lambda self: False
+        without_nvml(None)
 
 
 def memory_samples_x10(torch) -> None:
