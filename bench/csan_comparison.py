@@ -44,7 +44,7 @@ def child(detector: str, case: str, synchronized: bool) -> dict:
             return {"detected": detected, "error": None if detected else f"{type(error).__name__}: {error}"[:200]}
         return {"detected": False, "error": None}
     sys.path.insert(0, ROOT)
-    from torchlint.sanitizer.races import RaceCheck
+    from torchlint.sanitizer.races.check import RaceCheck
 
     check = RaceCheck(None)
     check.start()

@@ -34,7 +34,7 @@ def main() -> None:
     flake8_args = ["--jobs", "1", "--select", "TL", root]
     with_plugin = timed([os.path.join(BIN, "flake8"), *flake8_args])
     without = timed([sys.executable, "-c", NOOP, *flake8_args])
-    torchlint = timed([os.path.join(BIN, "torchlint"), "--jobs", "1", "--exit-zero", "-q", "--no-respect-gitignore", root])
+    torchlint = timed([os.path.join(BIN, "torchlint"), "--jobs", "1", "--preview", "--exit-zero", "-q", "--no-respect-gitignore", root])
     plugin = with_plugin - without
     print(f"flake8 --select TL (plugin)   {with_plugin:8.2f} s")
     print(f"flake8, plugin a no-op        {without:8.2f} s")

@@ -83,7 +83,7 @@ SHAPES = {"findings": findings, "clean": clean, "functions": functions, "literal
 def measure(path: str) -> tuple:
     """(CPU seconds, peak RSS in MB) of one torchlint process on ``path``."""
     process = subprocess.Popen(
-        [TORCHLINT, "--isolated", "-j", "1", "-s", "--select", "ALL", path], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        [TORCHLINT, "--isolated", "-j", "1", "-s", "--preview", "--select", "ALL", path], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
     _, status, usage = os.wait4(process.pid, 0)
     stderr = process.stderr.read().decode() if process.stderr else ""

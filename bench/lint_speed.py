@@ -94,7 +94,7 @@ def findings_of(texts, options):
 
 
 def cli_wall(root: str, jobs: int) -> float:
-    command = [os.path.join(os.path.dirname(sys.executable), "torchlint"), "--jobs", str(jobs), "--exit-zero", "-q", "--no-respect-gitignore", "--output-format", "json", "-o", os.devnull, root]
+    command = [os.path.join(os.path.dirname(sys.executable), "torchlint"), "--jobs", str(jobs), "--preview", "--exit-zero", "-q", "--no-respect-gitignore", "--output-format", "json", "-o", os.devnull, root]
     start = time.perf_counter()
     subprocess.run(command, check=True)
     return time.perf_counter() - start
@@ -102,7 +102,7 @@ def cli_wall(root: str, jobs: int) -> float:
 
 def cli_cpu(root: str, env: dict) -> float:
     """User + system CPU seconds of one ``torchlint --jobs 1`` run on ``root``."""
-    command = [sys.executable, "-m", "torchlint", "--jobs", "1", "--exit-zero", "-q", "--no-respect-gitignore", "--output-format", "json", "-o", os.devnull, root]
+    command = [sys.executable, "-m", "torchlint", "--jobs", "1", "--preview", "--exit-zero", "-q", "--no-respect-gitignore", "--output-format", "json", "-o", os.devnull, root]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     subprocess.run(command, check=True, env=env)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)

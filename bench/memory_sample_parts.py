@@ -26,8 +26,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 def parts(torch) -> Dict[str, Callable[[], object]]:
     """The calls a step sample makes, each on its own, plus a whole sample and an empty call (the floor)."""
-    from torchlint.sanitizer.allocator import TorchAllocatorSource
-    from torchlint.sanitizer.memory import MemoryCheck
+    from torchlint.sanitizer.memory.allocator import TorchAllocatorSource
+    from torchlint.sanitizer.memory.check import MemoryCheck
 
     source = TorchAllocatorSource(torch)
     _, total = source.mem_get_info()

@@ -62,21 +62,29 @@ def _load_sanitizer(folder: Optional[str]):
         module = importlib.util.module_from_spec(spec)
         sys.modules["torchlint.sanitizer"] = module
         spec.loader.exec_module(module)
-    from torchlint.sanitizer import races
-
-    return races
+    try:  # the sync/ memory/ races/ packages
+        return importlib.import_module("torchlint.sanitizer.races.check")
+    except ImportError:  # a revision before them: races.py
+        return importlib.import_module("torchlint.sanitizer.races")
 
 
 def _hooks_of(races):
     """The module holding the gpu_trace callbacks, and the long-site capture, in this revision or an older one."""
-    try:
-        import importlib
+    package = races.__name__.rsplit(".", 1)[0]
+    for hooks_name, ops_name in ((".hooks", ".ops"), (".race_hooks", ".race_ops")):
+        try:
+            hooks = importlib.import_module(package + hooks_name)
+            ops = importlib.import_module(package + ops_name)
+            return hooks, ops.capture_long_site
+        except ImportError:
+            continue
+    return races, races._long_site  # before races.py was split
 
-        hooks = importlib.import_module(races.__name__.rsplit(".", 1)[0] + ".race_hooks")
-        ops = importlib.import_module(races.__name__.rsplit(".", 1)[0] + ".race_ops")
-        return hooks, ops.capture_long_site
-    except ImportError:  # before races.py was split
-        return races, races._long_site
+
+def _call(check, new: str, old: str, *args):
+    """A RaceCheck method by its sink name, or by its name in a revision before the sink."""
+    method = getattr(check, new, None) or getattr(check, old)
+    return method(*args)
 
 
 class FakeStream:
@@ -112,8 +120,8 @@ def build(torch, races, check, workload: str, width: int, batch: int):
         # What Stream.wait_stream's wrapper and gpu_trace's callbacks do on the GPU.
         if check is None:
             return
-        check._name_stream(waiter)
-        check._name_stream(waitee)
+        _call(check, "name_stream", "_name_stream", waiter)
+        _call(check, "name_stream", "_name_stream", waitee)
         hooks._LOCAL.hint = ("wait_stream", long_site())
         try:
             hooks._trace_event_record(EVENT, waitee.cuda_stream)
@@ -124,7 +132,7 @@ def build(torch, races, check, workload: str, width: int, batch: int):
     def on_side(function):
         if check is None:
             return function()
-        check._name_stream(side_stream)  # set_stream(side) on entering torch.cuda.stream(side)
+        _call(check, "name_stream", "_name_stream", side_stream)  # set_stream(side) on entering torch.cuda.stream(side)
         current.stream = SIDE
         tap = getattr(check, "_tap", None)
         if tap is not None:
@@ -132,7 +140,7 @@ def build(torch, races, check, workload: str, width: int, batch: int):
         try:
             return function()
         finally:
-            check._name_stream(default_stream)  # set_stream(previous) on exit
+            _call(check, "name_stream", "_name_stream", default_stream)  # set_stream(previous) on exit
             current.stream = 0
             if tap is not None:
                 tap.set_stream(0)
@@ -231,7 +239,7 @@ def run_child(mode: str, workload: str, folder: Optional[str], steps: int, repea
         check._current_stream = Current()
         check._stream_names[SIDE] = "copy_stream"
         if mode in ("race", "race-native"):
-            check._activate("a CUDA stream was created")
+            _call(check, "activate", "_activate", "a CUDA stream was created")
     elif mode == "noop-mode":
         mode_object = NoopMode()
         mode_object.__enter__()

@@ -38,7 +38,7 @@ def child(mode: str, ops: int) -> dict:
     if mode in ("race", "race-no-sites"):
         sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         if mode == "race-no-sites":
-            from torchlint.sanitizer import race_ops
+            from torchlint.sanitizer.races import ops as race_ops
 
             race_ops.bind_tracebacks = lambda torch: None
         from torchlint.sanitizer import SanitizerSession
@@ -48,7 +48,7 @@ def child(mode: str, ops: int) -> dict:
         torch.cuda.Stream()  # a second stream switches the analysis on
     elif mode == "gpu-trace":
         sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        from torchlint.sanitizer.race_hooks import _MEMORY_REGISTRIES
+        from torchlint.sanitizer.races.hooks import _MEMORY_REGISTRIES
 
         trace = importlib.import_module("torch.cuda._gpu_trace")
         for name in _MEMORY_REGISTRIES:

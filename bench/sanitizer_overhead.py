@@ -186,21 +186,21 @@ def use_python_dispatch_mode(torch) -> None:
 # Diagnosis: sync+memory with one of the memory check's parts switched off, to see which part costs.
 def without_memory_watcher(torch) -> None:
     """The memory check's background watcher thread ends at once."""
-    from torchlint.sanitizer import memory
+    from torchlint.sanitizer.memory import check as memory
 
     memory.MemoryCheck._watch_loop = lambda self: None
 
 
 def without_nvml(torch) -> None:
     """No NVML utilization sampling thread."""
-    from torchlint.sanitizer import nvml
+    from torchlint.sanitizer.memory import nvml
 
     nvml.NvmlSampler.start = lambda self: False
 
 
 def race_without_sites(torch) -> None:
     """The race check with no user stack captured per op (what the stacks cost)."""
-    from torchlint.sanitizer import race_ops
+    from torchlint.sanitizer.races import ops as race_ops
 
     race_ops.bind_tracebacks = lambda torch: None  # start() binds them; leave ``_gather`` None
 
@@ -215,7 +215,7 @@ def gpu_trace_floor(torch) -> None:
     """
     import importlib
 
-    from torchlint.sanitizer.race_hooks import _MEMORY_REGISTRIES
+    from torchlint.sanitizer.races.hooks import _MEMORY_REGISTRIES
 
     trace = importlib.import_module("torch.cuda._gpu_trace")
     for name in _MEMORY_REGISTRIES:
@@ -223,9 +223,16 @@ def gpu_trace_floor(torch) -> None:
     torch._C._activate_gpu_trace()
 
 
+def without_phase_hooks(torch) -> None:
+    """No phase hooks (Module.eval, torch.save, torch.compile marks): what installing them per window costs."""
+    from torchlint.sanitizer import phases
+
+    phases.PhaseHooks.install = lambda self: None
+
+
 def sync_without_wrappers(torch) -> None:
     """The sync check with torch's sync warning and its step hook but none of its wrappers (``.item()`` among them)."""
-    from torchlint.sanitizer import sync
+    from torchlint.sanitizer.sync import check as sync
 
     sync.SyncCheck._install_wrappers = lambda self, torch: None
 
@@ -241,7 +248,7 @@ def _only_memory_parts(watcher: bool, nvml_thread: bool) -> None:
 
 def memory_samples_x10(torch) -> None:
     """A step sample (counters, mem_get_info, the look) every 5 ms; no watcher, no NVML thread."""
-    from torchlint.sanitizer import memory
+    from torchlint.sanitizer.memory import check as memory
 
     _only_memory_parts(watcher=False, nvml_thread=False)
     start = memory.MemoryCheck.start
@@ -255,7 +262,7 @@ def memory_samples_x10(torch) -> None:
 
 def memory_parked_wakes_x10(torch) -> None:
     """The watcher wakes every 5 ms and finds the step sample's look recent (a parked wake); no NVML thread."""
-    from torchlint.sanitizer import memory
+    from torchlint.sanitizer.memory import check as memory
 
     _only_memory_parts(watcher=True, nvml_thread=False)
     memory.MemoryCheck._watch_sleep_s = lambda self: memory.DEFAULT_SAMPLE_INTERVAL_S / 10
@@ -263,7 +270,7 @@ def memory_parked_wakes_x10(torch) -> None:
 
 def memory_nvml_x10(torch) -> None:
     """An NVML sample every 20 ms; no watcher."""
-    from torchlint.sanitizer import nvml
+    from torchlint.sanitizer.memory import nvml
 
     _only_memory_parts(watcher=False, nvml_thread=True)
     start = nvml.NvmlSampler.start
@@ -317,6 +324,8 @@ MODES: List[Mode] = [
     Mode("sync+memory-no-nvml", frozenset({"sync", "memory"}), setup=without_nvml),
     Mode("sync+memory-no-timeline", frozenset({"sync", "memory"}), setup=without_timeline),
     Mode("sync-no-wrappers", frozenset({"sync"}), setup=sync_without_wrappers),
+    Mode("sync+memory-no-phases", frozenset({"sync", "memory"}), setup=without_phase_hooks),
+    Mode("race-no-phases", frozenset({"race"}), setup=without_phase_hooks),
     # A session with no check: the optimizer-step hook and the timeline's step row alone.
     Mode("session", frozenset()),
     # Diagnosis of the memory check, one part at a time, amplified (see memory_samples_x10 and its neighbours).

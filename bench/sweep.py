@@ -34,7 +34,7 @@ import warnings
 from typing import Dict, List
 
 TORCHLINT = os.path.join(os.path.dirname(sys.executable), "torchlint")
-BASE = [TORCHLINT, "--isolated", "--select", "ALL", "--no-respect-gitignore", "--exclude", ""]
+BASE = [TORCHLINT, "--isolated", "--preview", "--select", "ALL", "--no-respect-gitignore", "--exclude", ""]
 
 
 def copy_tree(sources: List[str], destination: str) -> List[str]:

@@ -49,7 +49,7 @@ class ZeroGradWithoutSetToNone(Rule):
     2.0, where `set_to_none` defaulted to `False`, a plain `zero_grad()` is
     flagged too, provided every supported version has `set_to_none` (1.7).
     The supported versions are `target-torch`, or else what the project's
-    manifests declare (see `target-torch` in the README).
+    manifests declare (see `target-torch` in docs/linter.md).
 
     Not flagged: `zero_grad` methods of objects that are evidently not
     torch's (an instance of a class defined in the module that is not a

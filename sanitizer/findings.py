@@ -32,6 +32,9 @@ CHECKS = tuple(CHECK_KINDS)
 
 SEVERITIES = ("error", "warning", "info")
 
+# The cadence of a sync site that runs every N steps (sync/verdicts.py names them all).
+PERIODIC = "periodic"
+
 
 @dataclass(frozen=True)
 class Frame:
@@ -129,9 +132,21 @@ def parse_kinds(text: str) -> frozenset:
 
 
 def is_one_off(finding: Finding) -> bool:
-    """A sync site that ran only a few times (a final read, a checkpoint save, an assert after a loop).
+    """A sync site that ran only a few times (a final read, a checkpoint save, an assert after a loop),
+    or only inside torch.compile's own work.
 
     It stays in the JSON report as ``info`` with no rule code; summaries and
-    ``fail_on`` leave it out (sync.py's docstring defines the boundary).
+    ``fail_on`` leave it out (sync/verdicts.py's docstring defines the cadences).
     """
-    return finding.kind == SYNC and isinstance(finding.details, dict) and finding.details.get("repeated") is False
+    return (finding.kind == SYNC and isinstance(finding.details, dict) and finding.details.get("repeated") is False
+            and finding.details.get("cadence") != PERIODIC)
+
+
+def is_periodic(finding: Finding) -> bool:
+    """A sync site that runs every N steps (logging already periodic): ``info``, listed apart, never failed on."""
+    return finding.kind == SYNC and isinstance(finding.details, dict) and finding.details.get("cadence") == PERIODIC
+
+
+def is_per_step_cost(finding: Finding) -> bool:
+    """Neither one-off nor periodic: what a summary lists and ``fail_on`` may fail on."""
+    return not (is_one_off(finding) or is_periodic(finding))

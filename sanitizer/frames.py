@@ -42,6 +42,13 @@ in this order:
    make it a library, so install it (or name the project with
    ``add_user_root`` and keep the checkout outside).
 
+A wrapper torchlint installs in place of a torch function (the race check's
+``torch.cuda.synchronize``, its collectives, its dispatch mode) forwards the
+user's own call: it is registered with ``forwards_user_call`` and the walks
+step over it, so a sync made through it is the user's, at the user's line.
+Any other torchlint frame below the first user frame means torchlint's own
+code made the event (``internal``), and the sync check leaves it out.
+
 Test files (``test_*.py``, ``*_test.py``, ``conftest.py``) are user code, but
 ``user_stack`` attributes a sync to them only when a frame of the code under
 test is on the stack *inside* the test frame: ``assert model(x).sum() == 3``
@@ -67,6 +74,8 @@ _METADATA_SUFFIXES = (".dist-info", ".egg-info")
 _GENERATOR_FLAGS = 0x20 | 0x80 | 0x200  # CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR
 
 _lock = threading.Lock()
+# Code objects of torchlint's wrappers that forward a user's call to torch (forwards_user_call).
+_FORWARDING_CODES: set = set()
 _user_roots: List[str] = []
 _user_files: set = set()
 _user_packages: set = set()
@@ -140,6 +149,19 @@ def _packages_at(root: str) -> Iterable[str]:
                 yield name[:-3]
             elif os.path.isfile(os.path.join(full, "__init__.py")):
                 yield name
+
+
+def forwards_user_call(function):
+    """Mark a torchlint wrapper as one that forwards the user's own call; returns ``function``.
+
+    Before this, the race check's wrapper of ``torch.cuda.synchronize`` (put
+    in place after the sync check's) sat between the user's line and the
+    sync, so every explicit synchronize looked like torchlint's own: a
+    script calling ``torch.cuda.synchronize()`` in its loop reported nothing
+    whenever the race check ran beside the sync check (the default).
+    """
+    _FORWARDING_CODES.add(function.__code__)
+    return function
 
 
 def add_user_root(path: str) -> None:
@@ -384,6 +406,9 @@ def sync_site_top(skip: int = 0):
             if first_user is None:
                 first_user = frame
         elif first_user is None:
+            if origin == TORCHLINT and code in _FORWARDING_CODES:
+                frame = frame.f_back  # a wrapper passing the user's call through
+                continue
             callee = frame
             if origin == TORCHLINT:
                 internal = True
@@ -395,6 +420,32 @@ def sync_site_top(skip: int = 0):
     if callee is not None and callee.f_code.co_flags & _GENERATOR_FLAGS:
         callee = None
     return (None if top is None else (top.f_code.co_filename, top.f_lineno)), library, internal, callee
+
+
+_COMPILER_PARTS = (os.sep + os.path.join("torch", "_inductor") + os.sep, os.sep + os.path.join("torch", "_dynamo") + os.sep,
+                   os.sep + "triton" + os.sep)
+_compiler_cache: Dict[str, bool] = {}
+
+
+def through_compiler(skip: int = 0) -> bool:
+    """Whether torch.compile's own machinery (Dynamo, Inductor, Triton's autotuner) sits between
+    the caller and the first user frame: a sync made there is compilation work, not the program's.
+
+    Walked once per new sync site, not per sync.
+    """
+    frame = sys._getframe(skip + 1)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if origin_of(filename) == USER and not is_test_file(filename):
+            return False
+        compiler = _compiler_cache.get(filename)
+        if compiler is None:
+            path = _norm(filename)
+            compiler = _compiler_cache[filename] = any(part in path for part in _COMPILER_PARTS)
+        if compiler:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def user_frames_of(entries: Iterable[Tuple[str, int, str]], limit: int = 8) -> List[Tuple[str, int, str]]:
@@ -436,6 +487,8 @@ def _select(entries, limit: int):
             if first_non_test >= 0 and len(user) - first_non_test >= limit:
                 break
         elif not user:
+            if origin == TORCHLINT and not isinstance(frame, str) and frame.f_code in _FORWARDING_CODES:
+                continue  # a wrapper passing the user's call through
             callee = frame
             if origin == TORCHLINT:
                 internal = True

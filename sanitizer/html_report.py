@@ -1,4 +1,4 @@
-"""One self-contained HTML page of a sanitizer run: what happened when, and where.
+"""One self-contained HTML page of a sanitizer run: what to fix first, what happened when, and where.
 
 ``torchlint-sanitize --report-html report.html``, ``pytest --gpu-sanitize-html``,
 ``session.write_html(path)``, or for saved reports (several ranks merge into
@@ -8,21 +8,27 @@ one page with a rank filter)::
 
 The page needs no network: the charts are inline SVG drawn here from the
 report's ``timeline`` field, hovering uses SVG ``<title>`` tooltips, and the
-one inline script only filters by rank. It holds the run's facts, a timeline
-(steps, sync stalls sized by host wait, races and OOMs), a memory chart
-(allocated and reserved bytes as the memory check's watcher saw them, steps
-or no steps, each value held until the next; new segments, the fragmented
-peak, the OOM and its allocating line), and per-site tables linked to the
-static rule's text (``torchlint rule CODE``).
+one inline script only filters by rank. It opens with what to fix first
+(``ranking.py``: races, out-of-memory errors, then what the run measured
+each costing, one line each: the place, the cost, the fix), then the run's
+facts and where its time went (``phases.py``), a timeline (steps, sync
+stalls sized by host wait, races and OOMs), a memory chart (allocated and
+reserved bytes as the memory check's watcher saw them, steps or no steps,
+each value held until the next; new segments, the fragmented peak, the OOM
+and its allocating line), and per-site tables in the same order (races,
+memory, syncs; periodic and one-off syncs last) linked to the static rule's
+text (``torchlint rule CODE``). A report of a run that checked nothing (no
+CUDA device) says so, and never "no findings".
 """
 from __future__ import annotations
 
 import argparse
 import html
 import math
-import os
 import sys
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+
+from . import ranking
 
 WIDTH = 960
 MiB = 1 << 20
@@ -316,32 +322,72 @@ def _tables(reports: Sequence[Dict[str, Any]], ranks: Sequence[str]) -> Tuple[st
             if finding.get("rule") and finding["rule"] not in rules:
                 rules.append(finding["rule"])
     syncs.sort(key=lambda f: -(f["details"].get("stall_ms") or 0.0))
-    memory.sort(key=lambda f: -_memory_cost(f))
+    memory.sort(key=lambda f: -ranking.cost_bytes(f))
     sync_rows = []
     for f in syncs:
         stall = f["details"].get("stall_ms")
+        cadence = f["details"].get("cadence") or ("repeated" if f["details"].get("repeated", True) else "one-off")
+        if cadence == "periodic":
+            cadence = f"every {f['details'].get('period_steps')} steps"
         sync_rows.append(
             f'<tr class="site-row" data-rank="{_e(f["_rank"])}" data-host-wait-ms="{stall or 0}">'
             f'<td><code>{_e(_where(f["file"], f["line"]))}</code> {_e(f["function"] or "")}</td>'
-            f'<td>{_e(f["details"].get("sync_kind"))}</td><td>{f["count"]}</td><td>{_e(f["details"].get("per_step"))}</td>'
+            f'<td>{_e(f["details"].get("sync_kind"))}</td><td>{_e(cadence)}</td><td>{f["count"]}</td>'
+            f'<td>{_e(f["details"].get("per_step"))}</td>'
             f'<td>{"not timed" if stall is None else f"{stall:.2f} ms"}</td>'
             f'<td>{_rule_link(f.get("rule"))}</td><td>{_e(f["fix_hint"])}</td></tr>')
     memory_rows = [
         f'<tr class="site-row" data-rank="{_e(f["_rank"])}"><td>{_e(f["kind"])}</td>'
-        f'<td><code>{_e(_where(f["file"], f["line"]))}</code></td><td>{_mib(_memory_cost(f))}</td>'
+        f'<td><code>{_e(_where(f["file"], f["line"]))}</code></td><td>{_mib(ranking.cost_bytes(f))}</td>'
         f'<td>{_e(f["message"])}</td><td>{_e(f["fix_hint"])}</td></tr>' for f in memory]
     race_rows = [
         f'<tr class="site-row" data-rank="{_e(f["_rank"])}"><td>{_e(f["message"])}</td>'
         f'<td>{_access(f["details"].get("first") or {})}</td><td>{_access(f["details"].get("second") or {})}</td>'
         f'<td>{_e(f["fix_hint"])}</td></tr>' for f in races]
     out = [
-        _table("Sync stalls, by total host wait", "sync-table",
-               ("site", "kind", "count", "per step", "host wait", "rule", "fix"), sync_rows, "No sync stalls."),
-        _table("Memory, by peak contribution", "memory-table",
-               ("finding", "where", "bytes", "what happened", "fix"), memory_rows, "No memory findings."),
         _table("Races", "race-table", ("race", "first access", "second access", "fix"), race_rows, "No races."),
+        _table("Memory, by what it cost", "memory-table",
+               ("finding", "where", "bytes", "what happened", "fix"), memory_rows, "No memory findings."),
+        _table("Sync stalls, by total host wait", "sync-table",
+               ("site", "kind", "how often", "count", "per step", "host wait", "rule", "fix"), sync_rows,
+               "No sync stalls."),
     ]
     return "\n".join(out), rules
+
+
+FIX_FIRST = 5  # items in the page's opening list
+
+
+def _fix_first(reports: Sequence[Dict[str, Any]], ranks: Sequence[str]) -> str:
+    """The page's opening: one line per top item (the place, the cost, the fix), races and OOMs first."""
+    items = [dict(f, _rank=rank) for report, rank in zip(reports, ranks) for f in report.get("findings", [])
+             if not ranking.is_note(f)]
+    if not items:
+        return ""
+    lines = []
+    for f in ranking.ranked(items)[:FIX_FIRST]:
+        what = f"sync {f['details'].get('sync_kind')}" if f["kind"] == "sync" else f["kind"]
+        rank = f" [rank {_e(f['_rank'])}]" if len(reports) > 1 else ""
+        lines.append(f'<li data-rank="{_e(f["_rank"])}"><code>{_e(_where(f.get("file"), f.get("line")))}</code>{rank}: '
+                     f'<b>{_e(what)}</b>: {_e(ranking.cost_text(f))}. Fix: {_e(f.get("fix_hint") or "")} '
+                     f'{_rule_link(f.get("rule")) if f.get("rule") else ""}</li>')
+    more = len(items) - len(lines)
+    tail = f'<p class="none">{more} more below.</p>' if more > 0 else ""
+    return f'<h2>Fix first</h2><ol id="fix-first">{"".join(lines)}</ol>{tail}'
+
+
+def _phases(reports: Sequence[Dict[str, Any]]) -> str:
+    """Where each run's time went (phases.py), with the GPU's utilization per phase."""
+    rows = []
+    for report in reports:
+        for entry in (report.get("phases") or {}).get("phases", []):
+            busy = entry.get("utilization_mean_percent")
+            rows.append(f'<tr><td>{_e(entry["phase"])}</td><td>{entry["seconds"]:.2f} s</td>'
+                        f'<td>{entry["share"]:.0%}</td><td>{"n/a" if busy is None else f"{busy:.0f}%"}</td></tr>')
+    if not rows:
+        return ""
+    return ('<h2>Where the time went</h2><table id="phases-table"><tr><th>phase</th><th>time</th><th>share</th>'
+            f'<th>GPU busy (NVML)</th></tr>{"".join(rows)}</table>')
 
 
 def _access(access: Dict[str, Any]) -> str:
@@ -354,14 +400,6 @@ def _table(title: str, table_id: str, headers: Sequence[str], rows: List[str], e
         return f'<h2>{_e(title)}</h2><p class="none" id="{table_id}">{_e(empty)}</p>'
     head = "".join(f"<th>{_e(h)}</th>" for h in headers)
     return f'<h2>{_e(title)}</h2><table id="{table_id}"><tr>{head}</tr>{"".join(rows)}</table>'
-
-
-def _memory_cost(finding: Dict[str, Any]) -> int:
-    details = finding.get("details") or {}
-    for key in ("requested_bytes", "total_free_bytes", "peak_reserved_bytes", "reserved_bytes"):
-        if isinstance(details.get(key), int):
-            return details[key]
-    return 0
 
 
 def _rule_texts(codes: Sequence[str]) -> str:
@@ -392,33 +430,36 @@ def render(reports: Sequence[Dict[str, Any]]) -> str:
     for report in reports:
         for finding in report.get("findings", []):
             counts[finding["kind"]] = counts.get(finding["kind"], 0) + 1
+    inactive = [report["inactive"] for report in reports if report.get("inactive")]
     headline = ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())) or "no findings"
+    if inactive:  # nothing ran: never "no findings"
+        headline = f"Nothing was checked: the GPU sanitizer was inactive ({inactive[0]})"
     rank_filter = ""
     if len(reports) > 1:
         options = "".join(f'<option value="{_e(rank)}">rank {_e(rank)}</option>' for rank in ranks)
         rank_filter = (f'<p><label>Rank: <select id="rank-filter"><option value="all">all ranks</option>'
                        f'{options}</select></label></p><script>{_SCRIPT}</script>')
     no_timeline = ""
-    if any("tests" in r for r in reports):
+    if inactive:
+        no_timeline = (f'<p class="none" id="inactive">The GPU sanitizer was inactive ({_e(inactive[0])}): the program '
+                       'ran without it, so nothing was measured and no finding is to be expected from this run.</p>')
+    elif any("tests" in r for r in reports):
         no_timeline = ('<p class="none">A pytest run sanitizes each test on its own: the per-site tables cover the '
                        'whole run; the charts need a script run (torchlint-sanitize) or session.write_html().</p>')
     elif not all(r.get("timeline") for r in reports):
         no_timeline = '<p class="none">This report has no timeline (an older torchlint wrote it): the charts are empty.</p>'
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>torchlint sanitizer report</title>'
             f'<style>{_STYLE}</style></head><body><h1>torchlint sanitizer report</h1><p id="headline">{_e(headline)}</p>'
-            f'{rank_filter}<h2>The run</h2>{_facts(reports, ranks)}{no_timeline}'
+            f'{rank_filter}{_fix_first(reports, ranks)}<h2>The run</h2>{_facts(reports, ranks)}{_phases(reports)}{no_timeline}'
             f'<h2>Timeline</h2>{_timeline_svg(reports, ranks)}<h2>GPU memory</h2>{_memory_svg(reports, ranks)}'
             f'{tables}{_rule_texts(rules)}</body></html>\n')
 
 
 def write_html(path: str, reports: Sequence[Dict[str, Any]]) -> None:
-    page = render(reports)
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(page)
-    os.replace(tmp, path)
+    """The page at ``path`` (``report.ReportWriteError`` when it cannot be written)."""
+    from .report import write_atomically
+
+    write_atomically(path, render(reports))
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

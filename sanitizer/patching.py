@@ -13,6 +13,11 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, List
 
+# torch's sync debug mode in warn mode: the text of each sync's warning, and of the
+# warning that switching the mode on gives (the sync and race checks both listen).
+SYNC_WARNING = "called a synchronizing CUDA operation"
+PROTOTYPE_WARNING = "Synchronization debug mode is a prototype feature"
+
 
 class Patch:
     """One attribute replaced on a module or class, restorable exactly.

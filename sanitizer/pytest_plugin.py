@@ -46,7 +46,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 
-from .findings import CHECKS, Finding, is_one_off, parse_checks
+from . import ranking
+from .findings import CHECKS, Finding, is_one_off, is_periodic, parse_checks
 
 PROPERTY = "gpu_sanitize"
 MEMORY_PROPERTY = "gpu_sanitize_memory"
@@ -322,6 +323,7 @@ def pytest_runtest_call(item: pytest.Item):
         fail_on=settings.get("fail_on", state.fail_on),
         test_id=item.nodeid,
         sync_min_count=state.min_count,
+        track_phases=False,  # a test is not a training run with phases
     )
     session.start()
     try:
@@ -342,6 +344,12 @@ def pytest_runtest_call(item: pytest.Item):
     return result
 
 
+def _write_page(path: str, report: Dict[str, Any]) -> None:
+    from .html_report import write_html
+
+    write_html(path, [report])
+
+
 def site_key(finding: Finding) -> Tuple[Any, ...]:
     """What makes two tests' findings the same site: kind, place, and for syncs the sync kind."""
     details = finding.details if isinstance(finding.details, dict) else {}
@@ -349,10 +357,11 @@ def site_key(finding: Finding) -> Tuple[Any, ...]:
 
 
 def group_sites(results: Dict[str, Dict[str, Any]]) -> List[Dict[str, Any]]:
-    """Findings grouped by site across tests, most failing first, then most time stalled, then most frequent.
+    """Findings grouped by site across tests: most failing first, then what to fix first
+    (``ranking.py``: races, OOMs, stalls, memory), then most time stalled, then most frequent.
 
     Each site: kind, file, line, function, rule, sync_kind, severity (the
-    worst), one_off, count, runs, stall_ms (None when never timed), tests (how
+    worst), one_off, periodic, count, runs, stall_ms (None when never timed), tests (how
     many), test_ids, failing_tests, fix_hint, message (the first test's).
     """
     sites: Dict[Tuple[Any, ...], Dict[str, Any]] = {}
@@ -366,7 +375,8 @@ def group_sites(results: Dict[str, Dict[str, Any]]) -> List[Dict[str, Any]]:
                 site = sites[site_key(finding)] = {
                     "kind": finding.kind, "file": finding.file, "line": finding.line, "function": finding.function,
                     "rule": finding.rule, "sync_kind": details.get("sync_kind"), "severity": finding.severity,
-                    "one_off": is_one_off(finding), "count": 0, "runs": 0, "stall_ms": None,
+                    "one_off": is_one_off(finding), "periodic": is_periodic(finding),
+                    "count": 0, "runs": 0, "stall_ms": None,
                     "tests": 0, "test_ids": [], "failing_tests": 0,
                     "fix_hint": finding.fix_hint, "message": finding.message,
                 }
@@ -382,7 +392,8 @@ def group_sites(results: Dict[str, Dict[str, Any]]) -> List[Dict[str, Any]]:
                 site["tests"] += 1
             site["failing_tests"] += int(entry["failing"])
     return sorted(sites.values(), key=lambda s: (
-        -s["failing_tests"], s["one_off"], -(s["stall_ms"] or 0.0), -s["count"], s["file"] or "", s["line"] or 0))
+        -s["failing_tests"], s["one_off"] or s["periodic"], ranking.tier(s), -(s["stall_ms"] or 0.0), -s["count"],
+        s["file"] or "", s["line"] or 0))
 
 
 def site_line(site: Dict[str, Any], root: Optional[str] = None) -> str:
@@ -415,6 +426,14 @@ class _Collector:
         self.state = state
         self.results: Dict[str, Dict[str, Any]] = {}
         self.memory: Dict[str, Dict[str, Any]] = {}
+        self.write_errors: List[str] = []
+
+    def _write_report_lines(self, terminalreporter: Any) -> None:
+        for error in self.write_errors:
+            terminalreporter.write_line(f"error: {error}")
+        for label, path in (("report", self.state.report_path), ("HTML report", self.state.html_path)):
+            if path and not any(error.startswith(f"{path}:") for error in self.write_errors):
+                terminalreporter.write_line(f"{label} written to {path}")
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when != "call":
@@ -444,7 +463,9 @@ class _Collector:
         for nodeid, memory in self.memory.items():
             if nodeid in tests:
                 tests[nodeid]["memory"] = memory
-        report = build_report(findings, checks=self.state.checks, tests=tests, fail_on=self.state.fail_on)
+        inactive = None if self.state.active else "no CUDA device"
+        report = build_report(findings, checks=self.state.checks if self.state.active else (), tests=tests,
+                              fail_on=self.state.fail_on, inactive=inactive)
         report["sites"] = group_sites(self.results)
         return report
 
@@ -452,28 +473,39 @@ class _Collector:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if not (self.state.report_path or self.state.html_path) or hasattr(self.config, "workerinput"):
             return
-        from .report import write_report
+        from .report import ReportWriteError, write_report
 
-        report = self.run_report()
-        if self.state.report_path:
-            write_report(self.state.report_path, report)
-        if self.state.html_path:
-            from .html_report import write_html
-
-            write_html(self.state.html_path, [report])
+        report = self.run_report()  # without a device it says that nothing was checked
+        for path, write in ((self.state.report_path, write_report), (self.state.html_path, _write_page)):
+            if not path:
+                continue
+            try:
+                write(path, report)
+            except ReportWriteError as error:  # the suite's outcome stays the tests'
+                self.write_errors.append(str(error))
 
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-        if not self.state.active or hasattr(config, "workerinput"):
+        if hasattr(config, "workerinput"):
+            return
+        if not self.state.active:
+            if self.state.report_path or self.state.html_path:
+                terminalreporter.section("gpu-sanitize")
+                terminalreporter.write_line("inactive without a CUDA device: nothing was checked, "
+                                            "and the reports say so")
+                self._write_report_lines(terminalreporter)
             return
         sites = group_sites(self.results)
-        listed = [site for site in sites if not site["one_off"]]
+        listed = [site for site in sites if not (site["one_off"] or site.get("periodic"))]
         one_off = [site for site in sites if site["one_off"]]
+        periodic = [site for site in sites if site.get("periodic")]
         tests_listed = {nodeid for site in listed for nodeid in site["test_ids"]}
         root = str(config.rootpath)
         terminalreporter.section("gpu-sanitize")
         sanitized = f"{len(self.results)} sanitized test{'s' if len(self.results) != 1 else ''}"
         left_out = (f"; {sum(s['count'] for s in one_off)} one-off sync(s) at {len(one_off)} site(s) left out "
                     f"(info in the JSON report)") if one_off else ""
+        if periodic:
+            left_out += f"; {len(periodic)} periodic sync site(s) (every N steps: info) left out"
         if not listed:
             terminalreporter.write_line(f"no findings in {sanitized}{left_out}")
         else:
@@ -496,10 +528,7 @@ class _Collector:
             if result["failed_by_sanitizer"]:
                 failing = sum(1 for e in result["entries"] if e["failing"])
                 terminalreporter.write_line(f"FAILED by sanitizer: {nodeid} ({failing} failing finding(s))")
-        if self.state.report_path:
-            terminalreporter.write_line(f"report written to {self.state.report_path}")
-        if self.state.html_path:
-            terminalreporter.write_line(f"HTML report written to {self.state.html_path}")
+        self._write_report_lines(terminalreporter)
         from torchlint.runtime_join import closing_hint
 
         hint = closing_hint([e["finding"].to_json() for r in self.results.values() for e in r["entries"]],

@@ -160,7 +160,7 @@ def write_rank_report(path: str, report: Dict[str, Any], info: RankInfo, started
 
 def render_merged(merged: Dict[str, Any], title: str, limit: int = 10) -> str:
     """The merged summary: a headline over every rank, the top sites tagged with their rank, one line per rank."""
-    from .findings import Finding
+    from .findings import Finding, is_per_step_cost
     from .report import finding_line, rank as rank_findings, render_summary
 
     tagged = []
@@ -171,7 +171,7 @@ def render_merged(merged: Dict[str, Any], title: str, limit: int = 10) -> str:
     findings = [finding for finding, _ in tagged]
     head = render_summary(findings, merged.get("steps"), limit=0, title=title).splitlines()[0]
     lines = [head]
-    ranked = rank_findings(findings)
+    ranked = rank_findings(f for f in findings if is_per_step_cost(f))
     for finding in ranked[:limit]:
         lines.append(f"  [rank {of_rank[id(finding)]}] {finding_line(finding)}")
     if len(ranked) > limit:

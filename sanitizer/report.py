@@ -13,6 +13,13 @@ JSON report, version 1 (stable: add fields, never rename or remove them)
       "checks": ["memory", "race", "sync"],           # the checks that ran
       "fail_on": ["oom:fragmentation"],               # selectors that fail a run/test
       "findings": [Finding, ...],
+      "inactive": str | absent,          # why nothing was checked ("no CUDA device"); then
+                                         # findings is empty because nothing ran, not because all is well
+      "phases": {"duration_s": float,    # script / library runs: where the time went (phases.py)
+                 "phases": [{"phase": "start-up" | "compilation" | "steady-state training" | "evaluation"
+                                      | "checkpointing" | "other", "seconds": float, "share": float,
+                             "utilization_mean_percent": float | null}, ...],
+                 "steady_state": {"steps": int, "seconds": float, "utilization_samples": int}},
       # exactly one of:
       "steps": {"completed": int, "warmup": int, "measured": int,
                 "source": "optimizer" | "explicit" | "none"},   # script / library
@@ -22,6 +29,7 @@ JSON report, version 1 (stable: add fields, never rename or remove them)
                              "memory": {...} | absent}},  # pytest; memory: the test's summary
       "sites": [{"kind": str, "file": str | null, "line": int | null, "function": str | null,
                  "rule": str | null, "sync_kind": str | null, "severity": str, "one_off": bool,
+                 "periodic": bool,                # added: a sync site that runs every N steps
                  "count": int, "runs": int, "stall_ms": float | null, "tests": int,
                  "test_ids": [str, ...], "failing_tests": int, "fix_hint": str, "message": str}, ...],
                  # pytest only: findings grouped by site across tests, the summary's order
@@ -36,7 +44,7 @@ JSON report, version 1 (stable: add fields, never rename or remove them)
                                          "largest_free_block_bytes": int, "external_fragmentation": float,
                                          "suggested_alloc_conf": str | null} | absent,
                  "internal_errors": {"count": int, "first": [str, ...]} | absent}
-                 # MemoryCheck.summary(); docs/sanitizer-memory.md defines each field.
+                 # memory/verdicts.py memory_summary(); docs/sanitizer-memory.md defines each field.
                  # Memory over time is the top-level timeline's "memory" and "segments"
                  # rows, fed by the check's watcher. (Reports written while issue 13 was
                  # under way also hold "memory.timeline": {"points", "new_segments"}, a
@@ -86,6 +94,12 @@ A Finding (``Finding.to_json()``)::
                   | "mask-index" | "unique" | "synchronize" | "event-sync" | "empty-cache"
                   | "pageable-copy" | "copy" | "other",
      "api": "Tensor.item" | ... | null,  # the wrapped entry point, null when seen via the warning
+     "cadence": "per-step" | "per-eval-batch" | "per-iteration" | "periodic" | "few" | "once" | "compile",
+                                         # added (issue 32): sync/verdicts.py defines each
+     "period_steps": int | null,         # for "periodic": the steps between reads
+     "per_read_ms": float | null,        # host wait per timed read
+     "eval_runs": int,                   # runs made with autograd off
+     "source_pinned": bool | absent,     # a host-to-device copy's source: pinned (TL201) or not (TL202)
      "per_step": float,                  # count / measured steps (the whole run is one step without steps)
      "steps": [int, ...],                # measured steps (0-based) it occurred in, first 100
      "steps_truncated": bool,
@@ -97,7 +111,8 @@ A Finding (``Finding.to_json()``)::
      "in_test": bool,                    # attributed to a test file
      "user_frame": bool,                 # false: no user frame, attributed to the library frame
      "runs": int,                        # executions of the line that synced (one call = one run)
-     "repeated": bool,                   # false: a one-off sync, severity info and rule null
+     "repeated": bool,                   # true for the per-step, per-eval-batch and per-iteration
+                                         # cadences; false: info, rule null (periodic ones say so)
      "tensor": {"shape": [...], "dtype": str, "device": str}}   # when a wrapper saw it
 
 The other kinds' ``details`` are documented by the memory and race checks.
@@ -109,7 +124,8 @@ import os
 import sys
 from typing import Any, Dict, Iterable, List, Optional
 
-from .findings import KINDS, SEVERITIES, Finding, is_one_off
+from . import ranking
+from .findings import KINDS, SEVERITIES, Finding, is_one_off, is_per_step_cost, is_periodic
 
 REPORT_VERSION = 1
 _AUTO = object()
@@ -200,11 +216,12 @@ def build_report(
     device: Any = _AUTO,
     torch: Any = _AUTO,
     summaries: Optional[Dict[str, Any]] = None,
+    inactive: Optional[str] = None,
 ) -> Dict[str, Any]:
     """The run report. Pass exactly one of ``steps`` (script, library) or ``tests`` (pytest).
 
     ``summaries`` maps a check name to its plain-data summary; each becomes a
-    top-level key (``"memory"``)."""
+    top-level key (``"memory"``). ``inactive`` says why nothing was checked."""
     if (steps is None) == (tests is None):
         raise ValueError("a report has either steps or tests")
     report: Dict[str, Any] = {
@@ -216,6 +233,8 @@ def build_report(
         "fail_on": sorted(fail_on),
         "findings": [f.to_json() for f in findings],
     }
+    if inactive is not None:
+        report["inactive"] = inactive
     if steps is not None:
         report["steps"] = dict(steps)
     else:
@@ -225,20 +244,59 @@ def build_report(
     return report
 
 
-def write_report(path: str, report: Dict[str, Any]) -> None:
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
+class ReportWriteError(OSError):
+    """A report file that cannot be written; the message names the path and the reason, in one line."""
+
+
+def unwritable(path: str) -> Optional[str]:
+    """Why a report could not be written at ``path`` (checked before a run), or None.
+
+    The folders that do not exist yet are made when the report is written;
+    the nearest existing one must be a writable folder.
+    """
+    full = os.path.abspath(path)
+    if os.path.isdir(full):
+        return "is a directory"
+    folder = os.path.dirname(full)
+    while not os.path.exists(folder):
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    if not os.path.isdir(folder):
+        return f"{folder} is not a directory"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"cannot write in {folder}"
+    if os.path.exists(full) and not os.access(full, os.W_OK):
+        return "the file is read-only"
+    return None
+
+
+def write_atomically(path: str, text: str) -> None:
+    """``text`` at ``path``, whole or not at all: a temporary file renamed over it.
+
+    Raises ``ReportWriteError`` (one line: the path and the reason) and leaves
+    no temporary file behind when the write fails.
+    """
     tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as handle:
-        json.dump(report, handle, indent=2, sort_keys=False)
-        handle.write("\n")
-    os.replace(tmp, path)
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(tmp, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except OSError as error:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise ReportWriteError(f"{path}: cannot write it: {error.strerror or error}") from None
+
+
+def write_report(path: str, report: Dict[str, Any]) -> None:
+    write_atomically(path, json.dumps(report, indent=2, sort_keys=False) + "\n")
 
 
 # --- the terminal summary ----------------------------------------------------------
-
-_SEVERITY_RANK = {"error": 0, "warning": 1, "info": 2}
-
 
 def display_path(path: Optional[str], root: Optional[str] = None) -> str:
     if path is None:
@@ -250,43 +308,36 @@ def display_path(path: Optional[str], root: Optional[str] = None) -> str:
     return path
 
 
-def _stall_ms(finding: Finding) -> float:
-    value = finding.details.get("stall_ms") if isinstance(finding.details, dict) else None
-    return float(value) if isinstance(value, (int, float)) else 0.0
-
-
 def rank(findings: Iterable[Finding]) -> List[Finding]:
-    """Errors first, then the most time lost, then the most frequent."""
-    return sorted(
-        findings,
-        key=lambda f: (_SEVERITY_RANK.get(f.severity, 3), -_stall_ms(f), -f.count, f.file or "", f.line or 0),
-    )
-
-
-def _rate(value: float) -> str:
-    return f"{value:.0f}" if abs(value - round(value)) < 1e-9 else f"{value:.2g}"
+    """What to fix first (``ranking.py``): races, OOMs, then measured stalls, bytes, utilization, notes."""
+    return ranking.ranked(findings)
 
 
 def finding_line(finding: Finding, root: Optional[str] = None) -> str:
-    """``path:line: kind xN/step, M ms stalled — hint`` (sync); ``path:line: kind xN — message — hint`` (others)."""
+    """One line a reader acts on: the place, what it is, its cost, the fix.
+
+    ``path:line: sync KIND RATE, STALL — hint [RULE]`` for a sync,
+    ``path:line: KIND xN — message — hint [RULE]`` for the others.
+    """
     where = display_path(finding.file, root)
     if finding.line is not None:
         where = f"{where}:{finding.line}"
     details = finding.details if isinstance(finding.details, dict) else {}
     rule = f" [{finding.rule}]" if finding.rule else ""
     if finding.kind == "sync":
-        kind = f"sync {details.get('sync_kind', 'other')}"
-        if details.get("every_step") is None:
-            rate = f"x{finding.count}"
-        else:
-            rate = f"x{_rate(float(details.get('per_step', finding.count)))}/step"
-        stall = details.get("stall_ms")
-        stalled = f"{stall:.1f} ms stalled" if isinstance(stall, (int, float)) else "stall not timed"
-        return f"{where}: {kind} {rate}, {stalled} — {finding.fix_hint}{rule}"
+        return f"{where}: sync {details.get('sync_kind', 'other')} {ranking.cost_text(finding)} — {finding.fix_hint}{rule}"
     parts = [f"{where}: {finding.kind} x{finding.count}", finding.message]
     if finding.fix_hint:
         parts.append(finding.fix_hint)
     return " — ".join(parts) + rule
+
+
+def _scope(steps: Optional[Dict[str, Any]]) -> Optional[str]:
+    if steps is None:
+        return None
+    if steps.get("completed"):
+        return f"{steps['measured']} measured steps ({steps['warmup']} warm-up)"
+    return "the whole run (no training steps seen)"
 
 
 def render_summary(
@@ -295,37 +346,50 @@ def render_summary(
     limit: int = 10,
     root: Optional[str] = None,
     title: str = "torchlint sanitizer",
+    phases: Optional[Dict[str, Any]] = None,
 ) -> str:
-    """A few lines a person reads in ten seconds: a headline, then the top sites.
+    """A few lines a person reads in ten seconds: a headline, then what to fix first, one line each.
 
-    One-off syncs (``findings.is_one_off``) are counted, not listed: they stay in the JSON report."""
+    Periodic syncs (``findings.is_periodic``) are listed apart, after the
+    findings, as what they are: logging that already runs every N steps.
+    One-off syncs (``findings.is_one_off``) are counted, not listed: they stay
+    in the JSON report. With ``phases`` (``phases.py``) a last line says where
+    the run's time went.
+    """
     findings = list(findings)
-    ranked = rank(f for f in findings if not is_one_off(f))
-    one_off = len(findings) - len(ranked)
+    ranked = rank(f for f in findings if is_per_step_cost(f))
+    periodic = rank(f for f in findings if is_periodic(f))
+    one_off = sum(1 for f in findings if is_one_off(f))
     left_out = f" ({one_off} one-off sync{'s' if one_off != 1 else ''} in the JSON report)" if one_off else ""
-    if steps is not None:
-        if steps.get("completed"):
-            scope = f"{steps['measured']} measured steps ({steps['warmup']} warm-up)"
-        else:
-            scope = "the whole run (no training steps seen)"
-    else:
-        scope = None
+    scope = _scope(steps)
     if not ranked:
-        head = f"{title}: no findings"
-        return head + (f" over {scope}" if scope else "") + left_out
-    by_kind: Dict[str, int] = {}
-    for finding in ranked:
-        by_kind[finding.kind] = by_kind.get(finding.kind, 0) + 1
-    kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(by_kind.items(), key=lambda kv: (-kv[1], kv[0])))
-    total_stall = sum(_stall_ms(f) for f in ranked)
-    head = f"{title}: {len(ranked)} finding{'s' if len(ranked) != 1 else ''} ({kinds})"
-    if total_stall:
-        head += f", {total_stall:.1f} ms stalled"
-    if scope:
-        head += f" over {scope}"
-    lines = [head + left_out]
-    for finding in ranked[:limit]:
-        lines.append("  " + finding_line(finding, root))
-    if len(ranked) > limit:
-        lines.append(f"  ... and {len(ranked) - limit} more (see the JSON report)")
+        head = f"{title}: no findings" + (f" over {scope}" if scope else "") + left_out
+        lines = [head]
+    else:
+        by_kind: Dict[str, int] = {}
+        for finding in ranked:
+            by_kind[finding.kind] = by_kind.get(finding.kind, 0) + 1
+        kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(by_kind.items(), key=lambda kv: (-kv[1], kv[0])))
+        total_stall = sum(ranking.stall_ms(f) for f in ranked)
+        head = f"{title}: {len(ranked)} finding{'s' if len(ranked) != 1 else ''} ({kinds})"
+        if total_stall:
+            head += f", {total_stall:.1f} ms stalled"
+        if scope:
+            head += f" over {scope}"
+        lines = [head + left_out]
+        for finding in ranked[:limit]:
+            lines.append("  " + finding_line(finding, root))
+        if len(ranked) > limit:
+            lines.append(f"  ... and {len(ranked) - limit} more (see the JSON report)")
+    if periodic:
+        lines.append(f"  periodic, already every N steps (info, not per-step stalls): {len(periodic)} site"
+                     f"{'s' if len(periodic) != 1 else ''}")
+        for finding in periodic[:limit]:
+            lines.append("    " + finding_line(finding, root))
+    if phases:
+        from .phases import describe
+
+        line = describe(phases)
+        if line:
+            lines.append(f"  {line}")
     return "\n".join(lines)

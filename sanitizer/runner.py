@@ -19,9 +19,16 @@ last rank to finish merges every rank's report into ``PATH`` and prints the
 merged summary with one line per rank (``ranks.py``). ``--strict`` applies to
 each rank's own findings.
 
-Without a CUDA device it says so in one line and still runs the script.
-``TORCHLINT_SANITIZER_FORCE=1`` starts the checks anyway (used by the CPU
-test-suite).
+Without a CUDA device it says so in one line, never "no findings", and
+still runs the script; ``--report-json``, ``--report-html`` and ``--trace``
+still write their files, each saying that nothing was checked (the report's
+``inactive`` field). ``TORCHLINT_SANITIZER_FORCE=1`` starts the checks anyway
+(used by the CPU test-suite).
+
+Report paths are checked before the script runs (a directory, a read-only
+file or a folder that cannot be written is a usage error, exit 2, before any
+training starts). A report that still cannot be written after the run is a
+one-line error; the exit status stays the script's.
 """
 from __future__ import annotations
 
@@ -48,7 +55,7 @@ class _BuildTap(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
 
     def __call__(self, parser, namespace, values, option_string=None):
-        from . import native_tap
+        from .races import native_tap
 
         try:
             module = native_tap.load()
@@ -154,6 +161,38 @@ def _call(hook: Optional[Callable[[], None]]) -> None:
             print(f"torchlint-sanitize: internal error at the program's end: {error}", file=sys.stderr)
 
 
+def _write_outputs(prog: str, options: argparse.Namespace, report: dict, ranked, started_at: float) -> None:
+    """Every report asked for; one that cannot be written is one line on stderr, never a traceback."""
+    from .report import ReportWriteError
+
+    writers = []
+    if options.report_json:
+        writers.append(lambda: _write(prog, options.report_json, report, ranked, started_at, options.limit))
+    if options.report_html:
+        writers.append(lambda: _write_html(prog, options.report_html, report))
+    if options.trace:
+        writers.append(lambda: _write_trace(prog, options.trace, report))
+    for write in writers:
+        try:
+            write()
+        except ReportWriteError as error:
+            print(f"{prog}: error: {error}", file=sys.stderr)
+
+
+def _write_html(prog: str, path: str, report: dict) -> None:
+    from .html_report import write_html
+
+    write_html(path, [report])
+    print(f"{prog}: HTML report written to {path}", file=sys.stderr)
+
+
+def _write_trace(prog: str, path: str, report: dict) -> None:
+    from .trace import write_trace
+
+    write_trace(path, report)
+    print(f"{prog}: trace written to {path} (open it in ui.perfetto.dev)", file=sys.stderr)
+
+
 def _write(prog: str, path: str, report: dict, ranked, started_at: float, limit: int) -> None:
     """The report at ``path``; under torchrun this rank's own, and the merged one once every rank's is there."""
     from .report import write_report
@@ -191,6 +230,14 @@ def main(argv: Optional[List[str]] = None, prog: str = "torchlint-sanitize") -> 
     if not os.path.isfile(options.script):
         print(f"{prog}: error: {options.script}: no such file", file=sys.stderr)
         return 2
+    from .report import unwritable
+
+    for flag, path in (("--report-json", options.report_json), ("--report-html", options.report_html),
+                       ("--trace", options.trace)):
+        problem = unwritable(path) if path else None
+        if problem:
+            print(f"{prog}: error: {flag} {path}: {problem}", file=sys.stderr)
+            return 2
 
     from . import frames
 
@@ -203,14 +250,13 @@ def main(argv: Optional[List[str]] = None, prog: str = "torchlint-sanitize") -> 
         prog = f"{prog} [rank {ranked.rank}/{ranked.world_size}]"
     started_at = time.time()
     if not (_cuda_available() or forced):
-        print(f"{prog}: {INACTIVE_LINE}", file=sys.stderr)
+        print(f"{prog}: {INACTIVE_LINE}: nothing is checked; the script runs as it would without it", file=sys.stderr)
         code = run_script(options.script, options.args)
-        if options.report_json:
-            from .report import build_report
+        from .report import build_report
 
-            steps = {"completed": 0, "warmup": 0, "measured": 0, "source": "none"}
-            _write(prog, options.report_json, build_report([], checks=(), steps=steps, fail_on=fail_on), ranked,
-                   started_at, options.limit)
+        steps = {"completed": 0, "warmup": 0, "measured": 0, "source": "none"}
+        report = build_report([], checks=(), steps=steps, fail_on=fail_on, inactive="no CUDA device")
+        _write_outputs(prog, options, report, ranked, started_at)
         return code
 
     session = SanitizerSession(checks=checks, warmup_steps=options.warmup_steps, fail_on=fail_on)
@@ -227,25 +273,14 @@ def main(argv: Optional[List[str]] = None, prog: str = "torchlint-sanitize") -> 
 
     findings = session.findings
     steps = session.steps_summary()
-    print(render_summary(findings, steps, limit=options.limit, title=prog), file=sys.stderr)
+    print(render_summary(findings, steps, limit=options.limit, title=prog, phases=session.phases()), file=sys.stderr)
     from torchlint.runtime_join import closing_hint
 
     hint = closing_hint([finding.to_json() for finding in findings])
     if hint:
         print(f"{prog}: {hint}", file=sys.stderr)
-    report = session.report() if (options.report_json or options.report_html or options.trace) else None
-    if options.report_json:
-        _write(prog, options.report_json, report, ranked, started_at, options.limit)
-    if options.report_html:
-        from .html_report import write_html
-
-        write_html(options.report_html, [report])
-        print(f"{prog}: HTML report written to {options.report_html}", file=sys.stderr)
-    if options.trace:
-        from .trace import write_trace
-
-        write_trace(options.trace, report)
-        print(f"{prog}: trace written to {options.trace} (open it in ui.perfetto.dev)", file=sys.stderr)
+    if options.report_json or options.report_html or options.trace:
+        _write_outputs(prog, options, session.report(), ranked, started_at)
     if options.strict and code == 0 and session.failing_findings():
         return EXIT_STRICT
     return code

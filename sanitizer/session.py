@@ -3,24 +3,24 @@
 A ``SanitizerSession`` owns the checks, the step counter and the allowlist
 state; the checks own their hooks.
 
-Check plug-in protocol
-----------------------
-A check is a class registered in ``CHECK_REGISTRY`` as ``"module:Class"`` and
-constructed as ``CheckClass(session)``. It has:
+Checks
+------
+A check is a class registered in ``CHECK_REGISTRY`` as ``"module:Class"``,
+constructed as ``CheckClass(session)``, and it is a ``Check`` (the protocol
+below): ``start``/``stop`` install and remove its hooks (``stop`` restores
+every global that ``start`` changed), ``on_step`` hears each step boundary,
+``on_measurement_start`` and ``on_program_end`` mark the program's own time
+and its end, ``findings`` reads what it found (deduplicated, with counts) and
+``summary`` its plain data for the report. Each check is one package that
+keeps the same shape: hooks that record events, state that holds them, and
+findings computed by pure functions of a frozen record of what was observed
+(``sync/``, ``memory/``, ``races/``).
 
-- ``name``: ``"sync"``, ``"memory"`` or ``"race"``;
-- ``start()`` / ``stop()``: install and remove its hooks; ``stop`` restores
-  every global that ``start`` changed;
-- ``on_step(step)``: called at each step boundary with the new step number
-  (the 0-based count of completed steps);
-- ``findings() -> list[Finding]``: deduplicated, with counts.
-
-Checks read ``session.step_index``, ``session.in_warmup``,
-``session.warmup_steps`` and ``session.test_id``; the allowlist is the module's
-``sync_allowed()``.
-Checks start in the order memory, sync, race and stop in reverse.
-Check modules are imported lazily, so a missing torch or check module fails
-only when that check is asked for.
+What a check may read from its session is ``SessionView``: the step index,
+the warm-up, the test id, the timeline. The allowlist is the module's
+``sync_allowed()``. Checks start in the order memory, sync, race and stop in
+reverse. Check modules are imported lazily, so a missing torch or check
+module fails only when that check is asked for.
 
 Steps and warm-up
 -----------------
@@ -45,30 +45,32 @@ whether the program had steps at all:
 
 ``session.in_warmup`` is the live view of the same rule for checks that must
 decide on the spot (it is True while ``step_index < warmup_steps``); checks
-that can defer should call ``session.is_measured(step)`` when they build
-findings.
+that can defer judge with ``session.step_count()`` (a frozen ``StepCount``)
+when they build findings.
 
 Failing kinds
 -------------
 ``fail_on`` holds selectors: a finding kind (``"sync"``, ``"race"``, ...)
 fails every finding of that kind; ``"oom:fragmentation"`` fails only an
 ``oom`` finding whose ``details["cause"]`` is ``"fragmentation"``. The
-default is ``{"oom:fragmentation"}``: a fragmentation OOM fails a test, and
-every other finding is reported without failing it.
+default is ``{"oom:fragmentation", "race"}``: a fragmentation OOM or a
+cross-stream race fails a test, and every other finding is reported without
+failing it.
 """
 from __future__ import annotations
 
 import contextlib
 import importlib
 import threading
-from typing import Any, Dict, Iterable, Iterator, List, Optional
+from dataclasses import dataclass
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Protocol
 
-from .findings import CHECKS, KINDS, Finding, is_one_off
+from .findings import CHECKS, KINDS, Finding, is_per_step_cost
 
 CHECK_REGISTRY: Dict[str, str] = {
-    "sync": "torchlint.sanitizer.sync:SyncCheck",
-    "memory": "torchlint.sanitizer.memory:MemoryCheck",
-    "race": "torchlint.sanitizer.races:RaceCheck",
+    "sync": "torchlint.sanitizer.sync.check:SyncCheck",
+    "memory": "torchlint.sanitizer.memory.check:MemoryCheck",
+    "race": "torchlint.sanitizer.races.check:RaceCheck",
 }
 START_ORDER = ("memory", "sync", "race")
 
@@ -104,8 +106,8 @@ def parse_fail_on(text: str) -> frozenset:
 
 
 def finding_fails(finding: Finding, fail_on: Iterable[str]) -> bool:
-    if is_one_off(finding):
-        return False  # a final read or an assert after the loop is reported, never failed on
+    if not is_per_step_cost(finding):
+        return False  # a final read, an assert after the loop, periodic logging: reported, never failed on
     for selector in fail_on:
         kind, _, cause = selector.partition(":")
         if finding.kind != kind:
@@ -124,6 +126,75 @@ def load_check_class(name: str):
     module_name, _, class_name = target.partition(":")
     module = importlib.import_module(module_name)
     return getattr(module, class_name)
+
+
+# --- what a check is, and what it may read from the session -------------------
+
+@dataclass(frozen=True)
+class StepCount:
+    """The run's steps as findings judge them: ``completed`` steps, of which
+    ``warmup`` are left out (the module docstring says how it is decided)."""
+
+    completed: int
+    warmup: int
+
+    @property
+    def measured(self) -> int:
+        """How many steps per-step rates divide by (the whole run is one step without steps)."""
+        return 1 if self.completed == 0 else self.completed - self.warmup
+
+    def is_measured(self, step: int) -> bool:
+        """Whether an event seen during ``step`` (0-based) counts."""
+        return step >= self.warmup
+
+
+class SessionView(Protocol):
+    """What a check reads from the session that runs it (tests pass smaller fakes)."""
+
+    step_index: int  # completed steps so far
+    warmup_steps: int
+    test_id: Optional[str]
+    timeline: Optional[Any]  # timeline.Timeline, None when a fake session has none
+
+    @property
+    def in_warmup(self) -> bool: ...
+
+    def step_count(self) -> StepCount: ...
+
+    def has_check(self, name: str) -> bool: ...
+
+
+class Check(Protocol):
+    """A sanitizer check, as the session drives it.
+
+    Checks subclass this protocol, so the optional hooks default to doing
+    nothing.
+    """
+
+    name: str
+
+    def start(self) -> None:
+        """Install the hooks; the program has not run yet."""
+
+    def stop(self) -> None:
+        """Remove every hook and restore every global ``start`` changed."""
+
+    def on_step(self, step: int) -> None:
+        """A step boundary: ``step`` is the 0-based count of completed steps."""
+
+    def on_measurement_start(self) -> None:
+        """Every check has started: the program's own time starts now."""
+
+    def on_program_end(self) -> None:
+        """The program returned or raised, its globals still alive."""
+
+    def findings(self) -> List[Finding]:
+        """What the check found, deduplicated, with counts."""
+        return []
+
+    def summary(self) -> Optional[Dict[str, Any]]:
+        """Plain data for the report under the check's name, or None."""
+        return None
 
 
 # --- allowlist ---------------------------------------------------------------
@@ -173,6 +244,7 @@ class SanitizerSession:
         fail_on: Iterable[str] = DEFAULT_FAIL_ON,
         test_id: Optional[str] = None,
         sync_min_count: Optional[int] = None,
+        track_phases: bool = True,
     ) -> None:
         checks = frozenset(checks)
         unknown = sorted(checks - set(CHECK_REGISTRY))
@@ -185,32 +257,43 @@ class SanitizerSession:
         self.fail_on = frozenset(fail_on)
         self.test_id = test_id
         self.sync_min_count = sync_min_count  # runs that make a sync site repeated (None: sync.DEFAULT_MIN_COUNT)
+        # Mark compilation, evaluation and checkpoints (phases.py). A pytest session per test has no phases
+        # to tell apart, and each install writes to torch.nn.Module, which costs CPython a type-version tag.
+        self.track_phases = track_phases
         self.step_index = 0
         self.explicit_steps = False
         self.active = False
-        self._checks: List[Any] = []
+        self._checks: List[Check] = []
         self._hook_handle = None
         self._lead_optimizer: Optional[int] = None
         self._findings_cache: Optional[List[Finding]] = None
         self.timeline: Optional[Any] = None
+        self._phase_hooks: Optional[Any] = None
 
     # -- lifecycle --
     def start(self) -> "SanitizerSession":
         if self.active:
             raise RuntimeError("sanitizer session already started")
         self._findings_cache = None
+        from .phases import PhaseHooks
         from .timeline import Timeline
 
         self.timeline = Timeline()
         classes = [(name, load_check_class(name)) for name in START_ORDER if name in self.checks]
-        started: List[Any] = []
+        started: List[Check] = []
         try:
             for name, cls in classes:
                 check = cls(self)
                 check.start()
                 started.append(check)
             self._install_step_hook()
+            if self.track_phases:
+                self._phase_hooks = PhaseHooks(self.timeline)  # compilation, evaluation, checkpoints (phases.py)
+                self._phase_hooks.install()
         except BaseException:
+            if self._phase_hooks is not None:
+                self._phase_hooks.remove()
+                self._phase_hooks = None
             for check in reversed(started):
                 check.stop()
             raise
@@ -219,17 +302,13 @@ class SanitizerSession:
         # Start-up (imports, the native tap's build, hooks) is the sanitizer's
         # time, not the program's: figures that judge the program start here.
         for check in started:
-            mark = getattr(check, "on_measurement_start", None)
-            if mark is not None:
-                mark()
+            check.on_measurement_start()
         return self
 
     def program_end(self) -> None:
         """The program returned or raised, its globals still alive: checks that look at live state look now."""
         for check in self._checks:
-            hook = getattr(check, "on_program_end", None)
-            if hook is not None:
-                hook()
+            check.on_program_end()
 
     def stop(self) -> None:
         if not self.active:
@@ -237,6 +316,9 @@ class SanitizerSession:
         self.active = False
         if self.timeline is not None:
             self.timeline.stop()
+        if self._phase_hooks is not None:
+            self._phase_hooks.remove()
+            self._phase_hooks = None
         if self._hook_handle is not None:
             self._hook_handle.remove()
             self._hook_handle = None
@@ -295,15 +377,21 @@ class SanitizerSession:
             return 0
         return min(self.warmup_steps, self.step_index - 1)
 
+    def step_count(self) -> StepCount:
+        """The steps so far, frozen, as findings judge them."""
+        return StepCount(self.step_index, self.effective_warmup())
+
     def is_measured(self, step: int) -> bool:
         """Whether an event seen during ``step`` (0-based) counts, judged now."""
-        return step >= self.effective_warmup()
+        return self.step_count().is_measured(step)
 
     def measured_steps(self) -> int:
         """How many steps the per-step rates divide by (the whole run is one step without steps)."""
-        if self.step_index == 0:
-            return 1
-        return self.step_index - self.effective_warmup()
+        return self.step_count().measured
+
+    def has_check(self, name: str) -> bool:
+        """Whether a check of that name runs in this session now."""
+        return any(check.name == name for check in self._checks)
 
     # -- results --
     @property
@@ -331,7 +419,20 @@ class SanitizerSession:
 
     def summaries(self) -> Dict[str, Any]:
         """Per-check plain-data summaries (the memory check's peaks and counters)."""
-        return {check.name: check.summary() for check in self._checks if callable(getattr(check, "summary", None))}
+        summaries = {}
+        for check in self._checks:
+            summary = check.summary()
+            if summary is not None:
+                summaries[check.name] = summary
+        return summaries
+
+    def phases(self) -> Optional[Dict[str, Any]]:
+        """Where the run's time went (``phases.py``): start-up, compilation, steady state, evaluation..."""
+        if self.timeline is None:
+            return None
+        from .phases import split
+
+        return split(self.timeline.to_json(), self.effective_warmup()).to_json()
 
     def report(self) -> Dict[str, Any]:
         from .report import build_report
@@ -339,6 +440,7 @@ class SanitizerSession:
         summaries = self.summaries()
         if self.timeline is not None:
             summaries["timeline"] = self.timeline.to_json()
+            summaries["phases"] = self.phases()
         return build_report(
             self.findings,
             checks=sorted(self.checks),

@@ -14,7 +14,10 @@ to the session's ``Timeline``:
   ``oom``). The memory series has one owner, this one: the check keeps no
   copy of it;
 - the race check: launches the race engine analysed (``launches``) and each
-  new race (``race``).
+  new race (``race``);
+- the session's phase hooks (``phases.py``): compilation and ``torch.save``
+  intervals and each ``Module.eval()`` (``phase_begin``/``phase_end``,
+  ``mark``); the NVML sampler: the GPU's utilization (``utilization``).
 
 Recording is cheap and bounded: one ``perf_counter`` read and a short list
 append per event, and each event series keeps at most ``MAX_EVENTS`` entries
@@ -44,6 +47,8 @@ The ``"timeline"`` field of the JSON report (version 1, additive)::
      "ooms": [[t, bytes, file | null, line | null, step], ...],
      "races": [[t, file | null, line | null, step], ...],
      "launches": [[t, stream, op], ...],
+     "phases": [[start, end | null, name], ...],   # compilation, checkpointing; evaluation marks have end null
+     "utilization": [[t, percent], ...],          # NVML utilization.gpu samples (every other kept once full)
      "overhead_s": {"sync": float, "memory": float, "race": float},
      "dropped": {"syncs": int, ...}}          # events past MAX_EVENTS per series;
                                               # memory: samples merged into a neighbour
@@ -73,7 +78,7 @@ MAX_EVENTS = 20000
 # Rows of the memory curve kept before neighbours merge: about 200 KB of JSON,
 # and 80 s of a run whose memory changes at every 20 ms look before the first merge.
 MAX_MEMORY_ROWS = 4096
-SERIES = ("syncs", "memory", "segments", "snapshots", "ooms", "races", "launches")
+SERIES = ("syncs", "memory", "segments", "snapshots", "ooms", "races", "launches", "phases", "utilization")
 
 
 def _rank() -> Optional[int]:
@@ -165,6 +170,8 @@ class Timeline:
         self.memory_series = MemorySeries(self.now, max_memory_rows)
         self.dropped: Dict[str, int] = {name: 0 for name in SERIES}
         self.overhead_s: Dict[str, float] = {"sync": 0.0, "memory": 0.0, "race": 0.0}
+        self._utilization_seen = 0
+        self._utilization_stride = 1
 
     # -- time --
     def now(self) -> float:
@@ -228,6 +235,38 @@ class Timeline:
             kept.append([t, str(stream), str(op)])
         if len(rows) > room:
             self.dropped["launches"] += len(rows) - room
+
+    def phase_begin(self, name: str) -> int:
+        """A phase (compilation, checkpointing) begins now; returns its row for ``phase_end``."""
+        rows = self.series["phases"]
+        if len(rows) >= self.max_events:
+            self.dropped["phases"] += 1
+            return -1
+        rows.append([round(self.now(), 6), None, name])
+        return len(rows) - 1
+
+    def phase_end(self, index: int) -> None:
+        if index >= 0:
+            self.series["phases"][index][1] = round(self.now(), 6)
+
+    def mark(self, name: str) -> None:
+        """A moment that starts a phase running until the next step (``Module.eval()``)."""
+        self._add("phases", [round(self.now(), 6), None, name])
+
+    def utilization(self, percent: Optional[int]) -> None:
+        """One NVML utilization sample (from the sampler's thread). Once the series is full, every
+        other row is dropped and later samples are kept at half the rate, so the whole run stays covered."""
+        if percent is None:
+            return
+        self._utilization_seen += 1
+        if self._utilization_seen % self._utilization_stride:
+            return
+        rows = self.series["utilization"]
+        if len(rows) >= self.max_events:
+            del rows[1::2]
+            self._utilization_stride *= 2
+            self.dropped["utilization"] += len(rows)
+        rows.append([round(self.now(), 6), int(percent)])
 
     def overhead(self, check: str, seconds: float) -> None:
         self.overhead_s[check] = self.overhead_s.get(check, 0.0) + seconds

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -55,6 +54,8 @@ def _where(file: Optional[str], line: Optional[int]) -> str:
 def trace_events(report: Dict[str, Any]) -> Dict[str, Any]:
     """The trace of one report (``{"traceEvents": [...], "baseTimeNanoseconds": ...}``)."""
     timeline = report.get("timeline")
+    if report.get("inactive"):
+        return _inactive_trace(report["inactive"])
     if not isinstance(timeline, dict):
         raise ValueError("the report has no timeline (written by torchlint before the timeline field existed?)")
     rank = timeline.get("rank")
@@ -117,6 +118,22 @@ def trace_events(report: Dict[str, Any]) -> Dict[str, Any]:
     }
 
 
+def _inactive_trace(reason: str) -> Dict[str, Any]:
+    """A trace that says nothing ran: one instant event with the reason, at time 0."""
+    import time
+
+    text = f"GPU sanitizer inactive ({reason}): nothing was checked"
+    return {
+        "traceEvents": [
+            {"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "torchlint sanitizer"}},
+            {"ph": "i", "s": "g", "name": text, "cat": "inactive", "pid": 1, "tid": HOST_TID, "ts": 0.0},
+        ],
+        "displayTimeUnit": "ms",
+        "baseTimeNanoseconds": time.time_ns(),
+        "otherData": {"tool": "torchlint-sanitizer", "inactive": reason},
+    }
+
+
 def write_trace(path: str, report: Dict[str, Any]) -> None:
     _write_json(path, trace_events(report))
 
@@ -143,12 +160,9 @@ def merge(traces: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
 
 
 def _write_json(path: str, data: Dict[str, Any]) -> None:
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as handle:
-        json.dump(data, handle, separators=(",", ":"))
-    os.replace(tmp, path)
+    from .report import write_atomically
+
+    write_atomically(path, json.dumps(data, separators=(",", ":")))
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

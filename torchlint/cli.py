@@ -31,6 +31,7 @@ from torchlint.selection import (
     normalize,
     parse_cli_per_file_ignores,
     parse_per_file_ignores,
+    preview_selections,
     resolve,
 )
 
@@ -55,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     sel.add_argument("--ignore", type=_codes, action="append", default=[], help="codes or prefixes to leave out")
     sel.add_argument("--per-file-ignores", action="append", default=[], metavar="GLOB:CODES", help="ignore codes in files matching GLOB (repeatable; !GLOB negates)")
     sel.add_argument("--extend-per-file-ignores", action="append", default=[], metavar="GLOB:CODES", help="like --per-file-ignores, on top of the configured ones")
+    sel.add_argument("--preview", action="store_true", default=None, help="also run preview rules (those not yet measured into the stable set)")
+    sel.add_argument("--no-preview", dest="preview", action="store_false")
     sel.add_argument("--target-torch", metavar="VERSION", help='the PyTorch version the code targets, e.g. "1.13"')
     fix = parser.add_argument_group("fixes")
     fix.add_argument("--fix", action="store_true", default=None, help="apply safe fixes")
@@ -127,6 +130,10 @@ class Settings:
         self.target_torch = parse_version(args.target_torch) if args.target_torch else None
         self._options: Dict[Tuple, FileOptions] = {}
         self._configs: Dict[int, Config] = {}
+        self._warned: set = set()
+        # Files whose selection enables rules only under --preview (for one hint at the end).
+        self.enabled_only_with_preview = 0
+        self.enabled_any = False
 
     def config_for(self, path: str) -> Config:
         config = self.finder.for_path(path)
@@ -139,13 +146,41 @@ class Settings:
             self._configs[key] = merged
         return self._configs[key]
 
+    def preview(self, config: Config) -> bool:
+        return bool(self.args.preview if self.args.preview is not None else config.preview)
+
     def enabled(self, config: Config) -> frozenset:
         config_layer = Layer(
             select=normalize(config.select, self.rules) if config.select is not None else None,
             extend_select=normalize(config.extend_select, self.rules),
             ignore=normalize(config.ignore, self.rules),
         )
-        return resolve([config_layer, self.cli_layer], self.rules)
+        layers = [config_layer, self.cli_layer]
+        preview = self.preview(config)
+        enabled = resolve(layers, self.rules, preview)
+        if not preview:
+            self._warn_about_preview(layers, enabled)
+        return enabled
+
+    def _warn_about_preview(self, layers: List[Layer], enabled: frozenset) -> None:
+        """ruff's warning for a preview rule named without --preview, and the
+        facts for the hint when nothing but preview rules was selected."""
+        for code in preview_selections(layers, self.rules):
+            self.warn(f"Selection `{code}` has no effect because preview is not enabled.")
+        if enabled - {"TL000"}:
+            self.enabled_any = True
+        elif resolve(layers, self.rules, preview=True) - {"TL000"}:
+            self.enabled_only_with_preview += 1
+
+    def warn(self, message: str) -> None:
+        if message not in self._warned and not (self.args.quiet or self.args.silent):
+            self._warned.add(message)
+            print(f"torchlint: warning: {message}", file=sys.stderr)
+
+    def warn_if_only_preview_selected(self) -> None:
+        if self.enabled_only_with_preview and not self.enabled_any:
+            self.warn("No rule is enabled: the selected rules are all in preview. "
+                      "Use `--preview` (or `preview = true` under [tool.torchlint]) to run them.")
 
     def file_options(self, path: str) -> FileOptions:
         config = self.config_for(path)
@@ -257,7 +292,7 @@ def _check(args: argparse.Namespace) -> int:
         config = settings.config_for(target)
         options = settings.file_options(target)
         print(json.dumps({
-            "file": target, "config": config.path, "target-torch": _describe_torch(options),
+            "file": target, "config": config.path, "preview": settings.preview(config), "target-torch": _describe_torch(options),
             "enabled": sorted(r.code for r in options.rules), "rule-options": options.rule_options,
         }, indent=2))
         return 0
@@ -265,6 +300,7 @@ def _check(args: argparse.Namespace) -> int:
     for path in files:
         config = settings.config_for(path)
         jobs.append(Job(path, settings.file_options(path), mode, settings.unsafe_fixes(config), settings.fixable(config), args.add_noqa or None))
+    settings.warn_if_only_preview_selected()
     workers = args.jobs if args.jobs is not None else default_workers()
     cache = ResultCache(args.cache_dir) if mode == CHECK and not args.no_cache else None
     report_to = _open_output_file(args)  # before any file is fixed: a bad path must not fail after
@@ -303,6 +339,7 @@ def _check_stdin(args: argparse.Namespace, settings: Settings, mode: str) -> int
             _write_source(data)
         return _finish(args, [FileResult(path, [syntax_error(path, f"cannot decode stdin: {exc}")])], CHECK, False, stream, report_to)
     options = settings.file_options(path if path != "-" else "stdin.py")
+    settings.warn_if_only_preview_selected()
     job = Job(path, options, mode, settings.unsafe_fixes(config), settings.fixable(config), args.add_noqa or None)
     result, new_text = run_text(decoded.text, job)
     if source_out:
@@ -332,7 +369,8 @@ def _finish(args: argparse.Namespace, results: List[FileResult], mode: str, unsa
     if args.runtime_report:
         from torchlint import runtime_join
 
-        ctx.runtime = runtime_join.join(diagnostics, runtime_join.load_reports(args.runtime_report))
+        ctx.runtime = runtime_join.join(diagnostics, runtime_join.load_reports(args.runtime_report),
+                                        linted=[r.path for r in results])
         diagnostics = runtime_join.sort_measured_first(diagnostics, ctx.runtime)
     handle = report_to
     out: TextIO = handle if handle is not None else stream
@@ -358,7 +396,8 @@ def _finish(args: argparse.Namespace, results: List[FileResult], mode: str, unsa
         return 1
     if args.fix_only or args.exit_zero:
         return 0
-    return 1 if diagnostics else 0
+    # What a run found (a race, an OOM, a measured stall) fails like a finding, whatever --select chose.
+    return 1 if diagnostics or (ctx.runtime is not None and ctx.runtime.blocking) else 0
 
 
 def _report(args, results, diagnostics, ctx, out, mode, unsafe, output_format, fixed_total) -> None:
@@ -405,6 +444,8 @@ def _report(args, results, diagnostics, ctx, out, mode, unsafe, output_format, f
             out.write(f"No fixes available{hint}.\n")
     elif fixed_total:
         out.write(f"Found {fixed_total} error{'s' if fixed_total != 1 else ''} ({fixed_total} fixed, 0 remaining).\n")
+    elif ctx.runtime is not None and ctx.runtime.blocking:
+        out.write("No lint findings, but the run found the problems listed above.\n")
     elif any(r.errors for r in results):
         unchecked = sum(1 for r in results if r.errors)
         out.write(f"No findings, but {unchecked} file{'s' if unchecked != 1 else ''} could not be fully checked (see the errors).\n")

@@ -39,6 +39,7 @@ class Config:
     fixable: Optional[List[str]] = None
     unfixable: List[str] = field(default_factory=list)
     unsafe_fixes: Optional[bool] = None
+    preview: Optional[bool] = None  # run preview rules (torchlint.lifecycle)
     exclude: Optional[List[str]] = None
     extend_exclude: List[str] = field(default_factory=list)
     respect_gitignore: bool = True
@@ -57,7 +58,12 @@ _LIST_KEYS = {
     "exclude": "exclude",
     "extend-exclude": "extend_exclude",
 }
-_BOOL_KEYS = {"unsafe-fixes": "unsafe_fixes", "respect-gitignore": "respect_gitignore", "force-exclude": "force_exclude"}
+_BOOL_KEYS = {
+    "unsafe-fixes": "unsafe_fixes",
+    "preview": "preview",
+    "respect-gitignore": "respect_gitignore",
+    "force-exclude": "force_exclude",
+}
 _TABLE_KEYS = {"per-file-ignores", "extend-per-file-ignores"}
 _SELECTOR_KEYS = {"select", "extend-select", "ignore", "fixable", "unfixable"}
 KNOWN_KEYS = sorted(set(_LIST_KEYS) | set(_BOOL_KEYS) | _TABLE_KEYS | {"output-format", "target-torch", "rules"})

@@ -26,7 +26,7 @@ from torchlint.facts import (
 )
 from torchlint.names import ImportTable, dotted_name, last_name
 from torchlint.project import ProjectFacts, TorchRange
-from torchlint.rule import Edit, Fix
+from torchlint.rule import Edit, Evidence, Fix
 from torchlint.tensors import device_move, tensor_evidence
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -67,7 +67,7 @@ class FileContext:
         # name -> the last expression assigned to it in the current scope, as
         # far as the walk has got: "what is x here?" for visit-time questions.
         self.values: Dict[str, cst.BaseExpression] = {}
-        self.reports: List[Tuple["Rule", cst.CSTNode, str, Optional[Fix]]] = []
+        self.reports: List[Tuple["Rule", cst.CSTNode, str, Optional[Fix], Tuple[Evidence, ...]]] = []
         self._recorded_loaders: Dict[int, LoaderInfo] = {}
         self._mentions_availability = "is_available" in source or "device_count" in source
         self._host_only: Optional[bool] = None
@@ -85,8 +85,8 @@ class FileContext:
         return self._host_only
 
     # -- for rules -------------------------------------------------------------
-    def report(self, rule: "Rule", node: cst.CSTNode, message: str, fix: Optional[Fix] = None) -> None:
-        self.reports.append((rule, node, message, fix))
+    def report(self, rule: "Rule", node: cst.CSTNode, message: str, fix: Optional[Fix] = None, evidence: Tuple[Evidence, ...] = ()) -> None:
+        self.reports.append((rule, node, message, fix, evidence))
 
     def site(self) -> Site:
         """A snapshot of where the current node sits; see ``torchlint.analysis``."""

@@ -4,7 +4,9 @@ flake8 picks the plugin type from ``__init__``'s parameter names: ``tree``
 makes it a once-per-file plugin, so it is accepted and ignored; ``lines`` is
 joined and parsed once with libcst. flake8 owns selection and ``noqa``
 (prefix-matched, unlike torchlint's exact codes), and never reads
-pyproject.toml, so rule options come through flake8's own options.
+pyproject.toml, so rule options come through flake8's own options. Preview
+and opt-in rules are in flake8's default ignore list (flake8 has no preview
+mode): name them in ``--select``/``--extend-select`` to run them.
 Columns handed to flake8 are 0-based; it adds 1 when printing.
 """
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any, Dict, Iterator, List, Sequence, Tuple, Type
 
 from torchlint import __version__
 from torchlint.config import parse_version
+from torchlint.lifecycle import in_default_set
 from torchlint.linter import FileOptions, lint_text
 from torchlint.project import project_facts
 from torchlint.registry import all_rules
@@ -64,9 +67,10 @@ class TorchlintChecker:
             comma_separated_list=True,
             help="torchlint rule options as CODE.option=value, e.g. TL201.assume-pinned=true",
         )
-        opt_in = [code for code, rule in all_rules().items() if not rule.default_enabled]
-        if opt_in:
-            option_manager.extend_default_ignore(opt_in)
+        # The same default set as `torchlint`: stable rules that are not opt-in.
+        off_by_default = [code for code, rule in all_rules().items() if not in_default_set(rule)]
+        if off_by_default:
+            option_manager.extend_default_ignore(off_by_default)
 
     @classmethod
     def parse_options(cls, options: Any) -> None:

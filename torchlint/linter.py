@@ -26,7 +26,7 @@ from torchlint.positions import positions_of
 from torchlint.project import CHECK_TESTS, ProjectFacts, TorchRange, for_file, is_test_module, with_target
 from torchlint.registry import SyntaxErrorRule
 from torchlint.source import split_lines
-from torchlint.rule import Diagnostic, Edit, Fix, ResolvedEdit, ResolvedFix, Rule
+from torchlint.rule import Diagnostic, Edit, Evidence, Fix, ResolvedEdit, ResolvedEvidence, ResolvedFix, Rule
 from torchlint.walker import Walker, build_dispatch
 
 
@@ -454,12 +454,13 @@ def elide_large_literals(text: str, tree: Optional[ast.Module]) -> str:
 
 
 def _place(reports, module: cst.Module, text: str, path: str) -> List[Diagnostic]:
-    nodes = [node for _, node, _, _ in reports]
-    nodes += [edit.node for _, _, _, fix in reports if fix is not None for edit in fix.edits if edit.node is not None]
+    nodes = [node for _, node, _, _, _ in reports]
+    nodes += [edit.node for _, _, _, fix, _ in reports if fix is not None for edit in fix.edits if edit.node is not None]
+    nodes += [fact.node for *_, evidence in reports for fact in evidence if fact.node is not None]
     positions = positions_of(module, nodes)
     lines = split_lines(text)
     diagnostics = []
-    for rule, node, message, fix in reports:
+    for rule, node, message, fix, evidence in reports:
         where = positions[node]
         diagnostics.append(
             Diagnostic(
@@ -473,10 +474,19 @@ def _place(reports, module: cst.Module, text: str, path: str) -> List[Diagnostic
                 end_column=where.end.column + 1,
                 fix=_resolve_fix(fix, positions, lines, module) if fix is not None else None,
                 noqa_row=where.start.line,
+                evidence=tuple(_resolve_evidence(fact, positions, path) for fact in evidence),
             )
         )
     diagnostics.sort(key=Diagnostic.sort_key)
     return diagnostics
+
+
+def _resolve_evidence(fact: Evidence, positions, path: str) -> ResolvedEvidence:
+    if fact.node is not None:
+        where = positions[fact.node].start
+        return ResolvedEvidence(fact.text, path, where.line, where.column + 1)
+    assert fact.row is not None, "evidence needs a node or a row"
+    return ResolvedEvidence(fact.text, fact.path or path, fact.row, fact.column)
 
 
 def _resolve_fix(fix: Fix, positions, lines: List[str], module: cst.Module) -> ResolvedFix:

@@ -1,6 +1,8 @@
 """The one code -> rule table, built from the modules of ``torchlint.rules``.
 
 Codes are never reused: a retired rule keeps its code out of circulation.
+Whether a rule is stable or in preview is measured, not declared here:
+``torchlint.lifecycle`` reads it from ``stable_rules.json``.
 """
 from __future__ import annotations
 

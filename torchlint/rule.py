@@ -14,7 +14,7 @@ from __future__ import annotations
 import inspect
 import textwrap
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, ClassVar, Dict, List, Optional, Sequence, Tuple
 
 if TYPE_CHECKING:  # pragma: no cover
     import libcst as cst
@@ -114,6 +114,33 @@ class Fix:
             raise ValueError(f"bad applicability {self.applicability!r}")
 
 
+@dataclass(frozen=True)
+class Evidence:
+    """One fact a finding rests on, and where it is: "`model` moved to the
+    GPU" at train.py:40, "runs once per batch of `train_loader`" at :61.
+
+    Either ``node``, a node of the linted file (placed after the walk, like a
+    finding's own node), or an explicit place: ``path`` (another file of the
+    project; ``None`` for the linted file) with ``row`` (1-based) and
+    ``column`` (1-based)."""
+
+    text: str
+    node: Optional["cst.CSTNode"] = None
+    path: Optional[str] = None
+    row: Optional[int] = None
+    column: int = 1
+
+
+@dataclass(frozen=True)
+class ResolvedEvidence:
+    """An ``Evidence`` with its place: ``path`` is the file holding the fact."""
+
+    text: str
+    path: str
+    row: int
+    column: int  # 1-based
+
+
 @dataclass
 class Diagnostic:
     """One finding. Rows are 1-based; columns 1-based here (0-based for flake8)."""
@@ -128,6 +155,8 @@ class Diagnostic:
     end_column: int
     fix: Optional["ResolvedFix"] = None
     noqa_row: Optional[int] = None
+    # The facts the finding rests on, in the order a reader follows them.
+    evidence: Tuple[ResolvedEvidence, ...] = ()
 
     @property
     def url(self) -> str:
@@ -173,8 +202,8 @@ class Rule:
         self.ctx = ctx
         self.opts = options
 
-    def report(self, node: "cst.CSTNode", message: str, fix: Optional[Fix] = None) -> None:
-        self.ctx.report(self, node, message, fix)
+    def report(self, node: "cst.CSTNode", message: str, fix: Optional[Fix] = None, evidence: Sequence[Evidence] = ()) -> None:
+        self.ctx.report(self, node, message, fix, tuple(evidence))
 
     def finish(self) -> None:
         """Called once after the walk; module-wide facts are complete here."""

@@ -35,8 +35,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         sys.stdout.write(docs.render_all_markdown(selected))
     elif args.all:
         for rule in selected:
-            default = "" if rule.default_enabled else "  (opt-in)"
-            print(f"{rule.code}  {rule.name:<40} {rule.summary}{default}")
+            status = docs.table_status(rule)
+            print(f"{rule.code}  {rule.name:<40} {rule.summary}{'' if status == 'on' else f'  ({status})'}")
     else:
         sys.stdout.write(docs.render_markdown(selected[0]))
     return 0

@@ -9,15 +9,27 @@ the linter reports at the helper's call site joins there. Paths join by their
 trailing components, so a report recorded on another machine (or in another
 checkout) joins a lint of this one.
 
+A runtime finding also joins a static finding whose evidence
+(``Diagnostic.evidence``) names its line: TL202 is reported at the
+DataLoader, and a blocking copy from its unpinned batches is measured at the
+copy. A TL202 copy with no such evidence joins the one TL202 finding of the
+lint when there is exactly one.
+
 What comes out:
 
 - every joined static finding gets ``measured``: ``{"count", "host_wait_ms",
   "bytes", "kinds", "runtime_findings"}``, and the measured findings sort
   first, by cost (host wait, then bytes, then count);
-- a runtime finding in a linted file (or with no file at all) that joins no
-  static finding is "seen at run time only": the linter's blind spot;
+- a runtime finding that joins no static finding is "seen at run time only".
+  A race, an out-of-memory error or any other warning the run measured is
+  never hidden: it is listed whatever ``--select`` chose and whether or not
+  its file was linted (``RuntimeJoin.blocking``), and the lint does not end
+  with "All checks passed!" over it. Notes of the run (periodic and one-off
+  syncs, memory near capacity) are counted, not listed;
 - a static finding the run never reached stays as it was.
 
+A report that cannot be read, or whose findings lack what the join needs, is
+one ``RuntimeReportError`` naming the file (and the finding) and the reason.
 Nothing here imports torch: the report is plain JSON.
 """
 from __future__ import annotations
@@ -28,7 +40,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
-# The static rules a runtime sync can stand for (sanitizer/sync.py's KINDS).
+# The static rules a runtime sync can stand for (sanitizer/sync/kinds.py's KINDS).
 SYNC_RULES = frozenset({"TL101", "TL102", "TL103", "TL201", "TL303"})
 
 
@@ -42,10 +54,16 @@ class RuntimeJoin:
 
     measured: Dict[Tuple[str, int, int, str], Dict[str, Any]] = field(default_factory=dict)
     runtime_only: List[Dict[str, Any]] = field(default_factory=list)
-    outside: int = 0  # runtime findings in files this lint did not cover
+    outside: int = 0  # notes of the run in files this lint did not cover (the listed ones say so themselves)
+    notes: int = 0  # runtime notes (periodic and one-off syncs, near capacity) that joined nothing: counted
 
     def of(self, diagnostic) -> Optional[Dict[str, Any]]:
         return self.measured.get(_key(diagnostic))
+
+    @property
+    def blocking(self) -> bool:
+        """Whether the run found something the lint's output must show (no "All checks passed!" then)."""
+        return bool(self.runtime_only)
 
 
 def _key(d) -> Tuple[str, int, int, str]:
@@ -74,8 +92,31 @@ def load_reports(paths: Sequence[str]) -> List[Dict[str, Any]]:
             raise RuntimeReportError(f"{path}: not a torchlint sanitizer report (no \"tool\": \"torchlint-sanitizer\" and findings)")
         if data.get("version") != 1:
             raise RuntimeReportError(f"{path}: sanitizer report version {data.get('version')!r}; this torchlint reads version 1")
+        for index, finding in enumerate(data["findings"]):
+            problem = _malformed(finding)
+            if problem:
+                raise RuntimeReportError(f"{path}: finding {index}: {problem}")
         reports.append(data)
     return reports
+
+
+def _malformed(finding: Any) -> Optional[str]:
+    """What a finding lacks for the join, or None (the report's schema: sanitizer/report.py)."""
+    if not isinstance(finding, dict):
+        return f"not an object ({type(finding).__name__})"
+    if not isinstance(finding.get("kind"), str):
+        return "no \"kind\""
+    for key, types in (("file", (str, type(None))), ("line", (int, type(None))), ("rule", (str, type(None))),
+                       ("message", (str, type(None))), ("severity", (str, type(None))),
+                       ("details", (dict, type(None))), ("stack", (list, type(None)))):
+        if not isinstance(finding.get(key), types) or isinstance(finding.get(key), bool):
+            return f"\"{key}\" is {finding.get(key)!r}"
+    if "count" in finding and (not isinstance(finding["count"], int) or isinstance(finding["count"], bool)):
+        return f"\"count\" is {finding['count']!r}, not a whole number"
+    for frame in finding.get("stack") or []:
+        if not (isinstance(frame, dict) and isinstance(frame.get("file"), str) and isinstance(frame.get("line"), int)):
+            return f"a stack frame is {frame!r}"
+    return None
 
 
 def _parts(path: str) -> List[str]:
@@ -102,6 +143,11 @@ def _frames(finding: Dict[str, Any]) -> List[Tuple[str, int]]:
     return frames
 
 
+def _must_show(finding: Dict[str, Any]) -> bool:
+    """A race, an OOM, a per-step stall, memory the run paid for: never hidden behind --select or files not linted."""
+    return finding.get("kind") in ("race", "oom") or finding.get("severity") in ("error", "warning")
+
+
 def _rule_fits(finding: Dict[str, Any], code: str) -> bool:
     if finding.get("rule") == code:
         return True
@@ -112,19 +158,26 @@ def _cost(finding: Dict[str, Any]) -> Tuple[Optional[float], int]:
     details = finding.get("details") or {}
     wait = details.get("stall_ms")
     nbytes = 0
-    for key in ("requested_bytes", "total_free_bytes", "peak_reserved_bytes"):
+    for key in ("requested_bytes", "excess_bytes", "growth_bytes", "total_free_bytes", "peak_reserved_bytes"):
         if isinstance(details.get(key), int):
             nbytes = details[key]
             break
     return (float(wait) if isinstance(wait, (int, float)) else None), nbytes
 
 
-def join(diagnostics: Sequence[Any], reports: Iterable[Dict[str, Any]]) -> RuntimeJoin:
+def join(diagnostics: Sequence[Any], reports: Iterable[Dict[str, Any]],
+         linted: Sequence[str] = ()) -> RuntimeJoin:
+    """Join each runtime finding to the static finding it measures; ``linted`` names every file the lint
+    covered (those without a finding too), so a runtime finding there is not taken for one outside it."""
     result = RuntimeJoin()
     by_file: Dict[str, List[Any]] = {}
     for d in diagnostics:
         by_file.setdefault(d.path, []).append(d)
-    static_parts = {path: _parts(path) for path in by_file}
+    static_parts = {path: _parts(path) for path in set(by_file) | set(linted)}
+    evidence = _evidence_index(diagnostics)
+    by_code: Dict[str, List[Any]] = {}
+    for d in diagnostics:
+        by_code.setdefault(d.code, []).append(d)
 
     def file_for(runtime_path: str) -> Optional[str]:
         best, score = None, 0
@@ -150,22 +203,28 @@ def join(diagnostics: Sequence[Any], reports: Iterable[Dict[str, Any]]) -> Runti
                 seen_in_lint = True
                 if file == finding.get("file"):
                     local_file = path
-                candidates = [d for d in by_file[path] if d.row <= line <= d.end_row and _rule_fits(finding, d.code)]
+                candidates = [d for d in by_file.get(path, ()) if d.row <= line <= d.end_row and _rule_fits(finding, d.code)]
+                candidates += [d for d in evidence.get((path, line), ()) if _rule_fits(finding, d.code)]
                 if candidates:
                     target = min(candidates, key=lambda d: (d.code != finding.get("rule"), d.row, d.column))
                     break
+            if target is None and finding.get("rule") == "TL202" and len(by_code.get("TL202", ())) == 1:
+                target = by_code["TL202"][0]  # the one unpinned loader the lint found feeds this copy
             wait, nbytes = _cost(finding)
             if target is None:
-                if seen_in_lint:
-                    result.runtime_only.append({
-                        "kind": finding["kind"], "file": local_file or finding.get("file"), "line": finding.get("line"),
-                        "message": finding.get("message", ""), "rule": finding.get("rule"),
-                        "measured": {"count": int(finding.get("count") or 0), "host_wait_ms": wait,
-                                     "bytes": nbytes or None, "kinds": [_label(finding)], "runtime_findings": 1},
-                        "rank": rank,
-                    })
-                else:
-                    result.outside += 1
+                if not _must_show(finding):
+                    if seen_in_lint:
+                        result.notes += 1
+                    else:
+                        result.outside += 1
+                    continue
+                result.runtime_only.append({
+                    "kind": finding["kind"], "file": local_file or finding.get("file"), "line": finding.get("line"),
+                    "message": finding.get("message") or "", "rule": finding.get("rule"),
+                    "measured": {"count": int(finding.get("count") or 0), "host_wait_ms": wait,
+                                 "bytes": nbytes or None, "kinds": [_label(finding)], "runtime_findings": 1},
+                    "rank": rank, "linted": seen_in_lint,
+                })
                 continue
             entry = result.measured.setdefault(_key(target), {
                 "count": 0, "host_wait_ms": None, "bytes": None, "kinds": [], "runtime_findings": 0})
@@ -177,8 +236,21 @@ def join(diagnostics: Sequence[Any], reports: Iterable[Dict[str, Any]]) -> Runti
             if _label(finding) not in entry["kinds"]:
                 entry["kinds"].append(_label(finding))
             entry["runtime_findings"] += 1
-    result.runtime_only.sort(key=lambda e: _cost_key(e["measured"]))
+    result.runtime_only.sort(key=lambda e: (_SEVERITY_ORDER.get(e["kind"], 2),) + _cost_key(e["measured"]))
     return result
+
+
+# Races first, then out-of-memory errors, then by cost (sanitizer/ranking.py's order).
+_SEVERITY_ORDER = {"race": 0, "oom": 1}
+
+
+def _evidence_index(diagnostics: Sequence[Any]) -> Dict[Tuple[str, int], List[Any]]:
+    """``(path, row)`` of every fact a static finding rests on -> the findings resting on it."""
+    index: Dict[Tuple[str, int], List[Any]] = {}
+    for d in diagnostics:
+        for fact in getattr(d, "evidence", ()) or ():
+            index.setdefault((fact.path, fact.row), []).append(d)
+    return index
 
 
 def _label(finding: Dict[str, Any]) -> str:
@@ -211,7 +283,19 @@ def describe(measured: Dict[str, Any]) -> str:
 def runtime_only_line(entry: Dict[str, Any], display_path) -> str:
     where = f"{display_path(entry['file'])}:{entry['line']}" if entry.get("file") else "<process>"
     label = ", ".join(entry["measured"]["kinds"])
-    return f"{where}: seen at run time only: {label} ({describe(entry['measured'])}) — {entry['message']}"
+    outside = " (in a file this lint did not cover)" if entry.get("linted") is False else ""
+    return f"{where}: seen at run time only{outside}: {label} ({describe(entry['measured'])}) — {entry['message']}"
+
+
+def summary_line(joined: RuntimeJoin) -> str:
+    """The runtime section's last line (text formats)."""
+    measured, only = len(joined.measured), len(joined.runtime_only)
+    line = (f"Runtime report: {measured} finding{'s' if measured != 1 else ''} measured at run time, "
+            f"{only} seen at run time only (the linter's blind spot, or a rule not selected)")
+    notes = joined.notes + joined.outside
+    if notes:
+        line += f"; {notes} note{'s' if notes != 1 else ''} of the run (periodic or one-off syncs, headroom) not listed"
+    return line + "."
 
 
 # -- the sanitizer's closing hint -------------------------------------------------------
@@ -224,6 +308,8 @@ def fix_command(findings: Sequence[Dict[str, Any]], cwd: Optional[str] = None) -
     """
     from torchlint.cli import Settings, build_parser
     from torchlint.fixer import is_applicable
+    from torchlint.lifecycle import is_preview
+    from torchlint.registry import all_rules
     from torchlint.runner import CHECK, Job, run
 
     cwd = cwd or os.getcwd()
@@ -232,7 +318,8 @@ def fix_command(findings: Sequence[Dict[str, Any]], cwd: Optional[str] = None) -
     files = [path for path in files if path.endswith(".py")]
     if not codes or not files:
         return None
-    args = build_parser().parse_args(["--select", ",".join(codes), *files])
+    # Preview rules take part; the command says `--preview` when it needs one.
+    args = build_parser().parse_args(["--preview", "--select", ",".join(codes), *files])
     settings = Settings(args)
     jobs = []
     for path in files:
@@ -246,7 +333,8 @@ def fix_command(findings: Sequence[Dict[str, Any]], cwd: Optional[str] = None) -
     unsafe = any(not is_applicable(d.fix, False) for d in fixes)
     fix_codes = sorted({d.code for d in fixes})
     fix_files = sorted({_shown(d.path, cwd) for d in fixes})
-    command = ["torchlint", "--fix"] + (["--unsafe-fixes"] if unsafe else []) + ["--select", ",".join(fix_codes)] + fix_files
+    preview = ["--preview"] if any(is_preview(all_rules()[code]) for code in fix_codes) else []
+    command = ["torchlint", "--fix"] + (["--unsafe-fixes"] if unsafe else []) + preview + ["--select", ",".join(fix_codes)] + fix_files
     return " ".join(shlex.quote(part) for part in command)
 
 

@@ -4,7 +4,11 @@ The highest-priority ``select`` (command line over config) is the base;
 ``extend-select`` and ``ignore`` of that layer and of higher layers adjust it.
 Within a layer the most specific selector wins (``TL101`` beats ``TL1``
 beats ``ALL``), and on a tie ``ignore`` wins. With no ``select`` anywhere the
-base is the default set: every rule not marked opt-in.
+base is the default set: every stable rule not marked opt-in.
+
+Preview rules (``torchlint.lifecycle``) take part only with ``preview``: without
+it no selector reaches them, and naming one by its exact code has no effect
+(``preview_selections`` lists those, for ruff's warning).
 """
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple, Type
 
+from torchlint.lifecycle import is_preview
 from torchlint.rule import Rule
 
 
@@ -53,7 +58,9 @@ def normalize(selectors: Iterable[str], rules: Dict[str, Type[Rule]]) -> List[st
     return result
 
 
-def resolve(layers: Sequence[Layer], rules: Dict[str, Type[Rule]]) -> FrozenSet[str]:
+def resolve(layers: Sequence[Layer], rules: Dict[str, Type[Rule]], preview: bool = False) -> FrozenSet[str]:
+    if not preview:
+        rules = {code: rule for code, rule in rules.items() if not is_preview(rule)}
     base_index = max((i for i, layer in enumerate(layers) if layer.select is not None), default=None)
     if base_index is None:
         enabled = {code for code, rule in rules.items() if rule.default_enabled}
@@ -83,6 +90,18 @@ def resolve(layers: Sequence[Layer], rules: Dict[str, Type[Rule]]) -> FrozenSet[
                 enabled.add(code)
     enabled.add("TL000")  # a file that does not parse is always reported
     return frozenset(enabled)
+
+
+def preview_selections(layers: Sequence[Layer], rules: Dict[str, Type[Rule]]) -> List[str]:
+    """Exact codes of preview rules that a layer selects: without ``--preview``
+    they have no effect (ruff warns about those; a prefix is silently narrowed)."""
+    named = []
+    for layer in layers:
+        for selector in list(layer.select or []) + list(layer.extend_select):
+            rule = rules.get(selector)
+            if rule is not None and is_preview(rule) and selector not in named:
+                named.append(selector)
+    return named
 
 
 @dataclass(frozen=True)

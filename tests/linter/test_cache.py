@@ -31,7 +31,7 @@ def tree(tmp_path, monkeypatch):
 
 def lint(root: pathlib.Path, capsys, *extra: str):
     capsys.readouterr()
-    code = main(["check", "--isolated", "--jobs", "1", "--select", "TL101,TL402", "--output-format", "json", *extra, str(root)])
+    code = main(["check", "--isolated", "--preview", "--jobs", "1", "--select", "TL101,TL402", "--output-format", "json", *extra, str(root)])
     return code, sorted((os.path.basename(d["filename"]), d["code"], d["location"]["row"]) for d in json.loads(capsys.readouterr().out))
 
 
@@ -88,7 +88,7 @@ def test_editing_a_file_whose_facts_another_file_used_relints_that_file(tmp_path
     def run():
         project.clear_caches()
         capsys.readouterr()
-        main(["check", "--isolated", "--jobs", "1", "--select", "TL201", "--output-format", "json", str(root)])
+        main(["check", "--isolated", "--preview", "--jobs", "1", "--select", "TL201", "--output-format", "json", str(root)])
         return sorted((os.path.basename(d["filename"]), d["code"]) for d in json.loads(capsys.readouterr().out))
 
     assert run() == [("engine.py", "TL201")]
@@ -119,7 +119,7 @@ def test_no_cache_neither_reads_nor_writes(tree, capsys, linted):
 
 def test_fixing_never_uses_the_cache(tree, capsys, linted):
     lint(tree, capsys)
-    main(["check", "--isolated", "--jobs", "1", "--diff", str(tree)])
+    main(["check", "--isolated", "--preview", "--jobs", "1", "--diff", str(tree)])
     assert linted[-1] == ["a.py", "b.py", "c.py"]
 
 
@@ -138,7 +138,7 @@ def test_parallel_runs_share_one_cache(tmp_path):
     for index in range(40):
         (root / f"m{index}.py").write_text(SYNC if index % 2 else AMP)
     env = {**os.environ, "TORCHLINT_CACHE_DIR": str(tmp_path / "cache")}
-    command = [sys.executable, "-m", "torchlint", "check", "--isolated", "--jobs", "2", "--select", "TL101", "--output-format", "json", str(root)]
+    command = [sys.executable, "-m", "torchlint", "check", "--isolated", "--preview", "--jobs", "2", "--select", "TL101", "--output-format", "json", str(root)]
     runs = [subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env) for _ in range(3)]
     outputs = [sorted((d["filename"], d["code"]) for d in json.loads(run.communicate()[0])) for run in runs]
     assert outputs[0] == outputs[1] == outputs[2] and len(outputs[0]) == 20

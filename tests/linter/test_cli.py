@@ -33,7 +33,7 @@ def project(tmp_path, monkeypatch):
 
 
 def run_cli(capsys, *args):
-    code = main(["--jobs", "1", *args])
+    code = main(["--jobs", "1", "--preview", *args])
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -243,7 +243,7 @@ def test_parallel_output_is_stable(project, capsys):
     for i in range(12):
         (project / f"m{i:02d}.py").write_text(SYNC)
     serial = run_cli(capsys, ".")[1]
-    parallel = main(["--jobs", "2", "."])
+    parallel = main(["--jobs", "2", "--preview", "."])
     assert parallel == 1
     assert capsys.readouterr()[0] == serial
 
@@ -308,13 +308,13 @@ def test_progress_on_a_terminal_only(project):
     for i in range(250):
         (project / f"m{i:03d}.py").write_text(SYNC)
     torchlint = os.path.join(os.path.dirname(sys.executable), "torchlint")
-    code, stdout, terminal = _run_with_terminal_stderr([torchlint, "--isolated", "--jobs", "1", "."], project)
+    code, stdout, terminal = _run_with_terminal_stderr([torchlint, "--isolated", "--preview", "--jobs", "1", "."], project)
     assert code == 1
     assert "linting: " in terminal and "/252 files" in terminal
     assert terminal.endswith("\r\x1b[K")  # erased before the report
     assert "\x1b" not in stdout and "linting" not in stdout and stdout.count("TL101") == 251
     for quiet in ("-q", "-s"):
-        _, _, terminal = _run_with_terminal_stderr([torchlint, "--isolated", "--jobs", "1", quiet, "."], project)
+        _, _, terminal = _run_with_terminal_stderr([torchlint, "--isolated", "--preview", "--jobs", "1", quiet, "."], project)
         assert "linting" not in terminal
-    not_a_terminal = subprocess.run([torchlint, "--isolated", "--jobs", "1", "."], cwd=project, capture_output=True, text=True)
+    not_a_terminal = subprocess.run([torchlint, "--isolated", "--preview", "--jobs", "1", "."], cwd=project, capture_output=True, text=True)
     assert not_a_terminal.stderr == ""

@@ -173,18 +173,19 @@ def test_decode_reports_reason():
 
 
 def test_selection_specificity_and_layers():
+    # The layering itself, with preview rules taking part (tests/linter/test_preview.py covers preview).
     rules = all_rules()
-    default = resolve([], rules)
+    default = resolve([], rules, preview=True)
     assert "TL101" in default
-    only = resolve([Layer(select=["TL1", "TL2"], ignore=["TL101"]), Layer(select=["TL101"])], rules)
+    only = resolve([Layer(select=["TL1", "TL2"], ignore=["TL101"]), Layer(select=["TL101"])], rules, preview=True)
     assert only == {"TL101", "TL000"}
-    ignored_prefix = resolve([Layer(select=["ALL"], ignore=["TL1"], extend_select=["TL101"])], rules)
+    ignored_prefix = resolve([Layer(select=["ALL"], ignore=["TL1"], extend_select=["TL101"])], rules, preview=True)
     assert "TL101" in ignored_prefix
-    assert resolve([Layer(ignore=["TL101"])], rules) >= {"TL000"} and "TL101" not in resolve([Layer(ignore=["TL101"])], rules)
+    assert resolve([Layer(ignore=["TL101"])], rules, preview=True) >= {"TL000"} and "TL101" not in resolve([Layer(ignore=["TL101"])], rules, preview=True)
     opt_in = [code for code, rule in rules.items() if not rule.default_enabled]
     for code in opt_in:
         assert code not in default
-        assert code in resolve([Layer(extend_select=[code])], rules)
+        assert code in resolve([Layer(extend_select=[code])], rules, preview=True)
 
 
 def test_noqa_parsing():

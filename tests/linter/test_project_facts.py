@@ -205,7 +205,7 @@ def test_file_api_use_applies_without_manifests():
 # -- through the CLI and flake8 ----------------------------------------------------
 def _cli_findings(path: pathlib.Path, capsys, *extra: str):
     capsys.readouterr()
-    main(["check", "--isolated", "--select", "TL402,TL301", "--output-format", "json", "--exit-zero", *extra, str(path)])
+    main(["check", "--isolated", "--preview", "--select", "TL402,TL301", "--output-format", "json", "--exit-zero", *extra, str(path)])
     return sorted((d["code"], d["location"]["row"]) for d in json.loads(capsys.readouterr().out))
 
 
@@ -244,7 +244,7 @@ def test_show_settings_names_the_sources(tmp_path, capsys, monkeypatch):
     project.clear_caches()
     monkeypatch.chdir(tmp_path)
     capsys.readouterr()
-    main(["check", "--isolated", "--show-settings", "train.py"])
+    main(["check", "--isolated", "--preview", "--show-settings", "train.py"])
     settings = json.loads(capsys.readouterr().out)
     assert settings["target-torch"] == ">=1.13 (from setup.py)"
 

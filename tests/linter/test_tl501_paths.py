@@ -83,7 +83,7 @@ def test_importing_a_nccl_module_of_the_project(tmp_path):
     (pkg / "logging.py").write_text("import torch\nimport pkg.distributed as distributed\ndef sync(x):\n    return torch.tensor(x, device='cuda')\n")
     (pkg / "other.py").write_text("import torch\ndef sync(x):\n    return torch.tensor(x, device='cuda')\n")
     out = subprocess.run(
-        [sys.executable, "-m", "torchlint", "check", "--isolated", "--select", "TL501", "--output-format", "concise", str(pkg)],
+        [sys.executable, "-m", "torchlint", "check", "--isolated", "--preview", "--select", "TL501", "--output-format", "concise", str(pkg)],
         capture_output=True, text=True,
     )
     assert "other.py:3:" in out.stdout

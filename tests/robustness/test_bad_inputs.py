@@ -38,14 +38,14 @@ def tree(tmp_path, monkeypatch):
 
 
 def run_cli(capsys, *args):
-    code = main(["--jobs", "1", "--isolated", *args])
+    code = main(["--jobs", "1", "--isolated", "--preview", *args])
     out, err = capsys.readouterr()
     return code, out, err
 
 
 def run_process(*args, cwd, timeout=120):
     """The real command in its own process: a crash here cannot take the test run down."""
-    return subprocess.run([TORCHLINT, "--isolated", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([TORCHLINT, "--isolated", "--preview", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout)
 
 
 # -- discovery -------------------------------------------------------------------
@@ -189,7 +189,7 @@ def test_undecodable_and_unreadable_files_are_findings(tree, capsys):
 )
 def test_config_errors_are_one_line_naming_file_and_key(tree, pyproject, message):
     (tree / "pyproject.toml").write_text(pyproject)
-    result = subprocess.run([TORCHLINT, "."], cwd=tree, capture_output=True, text=True, timeout=60)
+    result = subprocess.run([TORCHLINT, "--preview", "."], cwd=tree, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert "pyproject.toml" in result.stderr and message in result.stderr
@@ -207,14 +207,14 @@ def test_config_errors_are_one_line_naming_file_and_key(tree, pyproject, message
 def test_malformed_project_table_does_not_stop_the_lint(tree, pyproject):
     """[project] is packaging's to validate; torchlint only reads a torch bound from it."""
     (tree / "pyproject.toml").write_text(pyproject)
-    result = subprocess.run([TORCHLINT, "."], cwd=tree, capture_output=True, text=True, timeout=60)
+    result = subprocess.run([TORCHLINT, "--preview", "."], cwd=tree, capture_output=True, text=True, timeout=60)
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert GOOD_FINDING in result.stdout
 
 
 def test_non_utf8_pyproject_names_the_file(tree):
     (tree / "pyproject.toml").write_bytes(b"[tool.torchlint]\n# caf\xe9\n")
-    result = subprocess.run([TORCHLINT, "."], cwd=tree, capture_output=True, text=True, timeout=60)
+    result = subprocess.run([TORCHLINT, "--preview", "."], cwd=tree, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert len(result.stderr.strip().splitlines()) == 1
     assert "pyproject.toml: not UTF-8" in result.stderr

@@ -28,7 +28,7 @@ def tree(tmp_path, monkeypatch):
 
 
 def fix(capsys, *args):
-    code = main(["--isolated", "--jobs", "1", "--fix", *args])
+    code = main(["--isolated", "--preview", "--jobs", "1", "--fix", *args])
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -84,7 +84,7 @@ def test_bad_output_path_fails_before_any_file_is_written(tree, capsys):
 
 
 def _stdin_fix(data: bytes, *args) -> subprocess.CompletedProcess:
-    return subprocess.run([TORCHLINT, "--isolated", "--fix", *args, "-"], input=data, capture_output=True, timeout=60)
+    return subprocess.run([TORCHLINT, "--isolated", "--preview", "--fix", *args, "-"], input=data, capture_output=True, timeout=60)
 
 
 @pytest.mark.parametrize(
@@ -132,7 +132,7 @@ def test_a_crashing_worker_costs_one_file(tree, capsys, monkeypatch):
 
     monkeypatch.setattr(linter, "_lint_module", segfault_on_m3)
     for jobs in ("1", "2"):
-        code = main(["--isolated", "--jobs", jobs, "."])
+        code = main(["--isolated", "--preview", "--jobs", jobs, "."])
         out, err = capsys.readouterr()
         assert code == 2
         assert [line.split(":")[0] for line in out.splitlines() if "TL101" in line] == [f"m{i}.py" for i in (0, 1, 2, 4, 5)]
@@ -171,7 +171,7 @@ def test_killed_fix_leaves_every_file_whole_and_no_process_behind(tree, sig):
         fixed[f"f{i:03d}.py"] = "".join(lines).replace(".cuda()", "").replace(f"torch.ones({i})", f'torch.ones({i}, device="cuda")')
         (tree / f"f{i:03d}.py").write_text(originals[f"f{i:03d}.py"])
     process = subprocess.Popen(
-        [TORCHLINT, "--isolated", "--fix", "--jobs", "2", "-s", "."], cwd=tree, start_new_session=True,
+        [TORCHLINT, "--isolated", "--preview", "--fix", "--jobs", "2", "-s", "."], cwd=tree, start_new_session=True,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     deadline = time.monotonic() + 60

@@ -4,11 +4,11 @@ It builds the event graph explicitly (one node per launch or synchronization,
 edges for program order, events, wait_stream, host syncs, collectives), takes
 its transitive closure with bitsets, and checks every pair of overlapping,
 conflicting accesses from different streams. Deliberately simple and slow: it
-shares no code with sanitizer/happens_before.py.
+shares no code with sanitizer/races/happens_before.py.
 """
 from __future__ import annotations
 
-from torchlint.sanitizer import happens_before as hb
+from torchlint.sanitizer.races import happens_before as hb
 
 
 def reference_races(events):

@@ -15,8 +15,9 @@ Used by test_san_html.py, test_san_trace.py and tests/browser.
 import contextlib
 import time
 
-from torchlint.sanitizer import memory, timeline
-from torchlint.sanitizer.allocator import AllocatorStats, TorchAllocatorSource
+from torchlint.sanitizer import timeline
+from torchlint.sanitizer.memory import check as memory
+from torchlint.sanitizer.memory.allocator import AllocatorStats, TorchAllocatorSource
 from torchlint.sanitizer.session import SanitizerSession
 
 MiB = 1 << 20

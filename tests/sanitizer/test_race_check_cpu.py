@@ -14,9 +14,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from torchlint.sanitizer import race_hooks, race_report, races  # noqa: E402
+from torchlint.sanitizer.races import check as races, hooks as race_hooks, report as race_report  # noqa: E402
 from torchlint.sanitizer.findings import RACE  # noqa: E402
-from torchlint.sanitizer.happens_before import (  # noqa: E402
+from torchlint.sanitizer.races.happens_before import (  # noqa: E402
     AccessRecord,
     AllocInfo,
     CollectiveStream,
@@ -67,7 +67,7 @@ def make_check(interception: str) -> "races.RaceCheck":
     race_check._current_stream = streams
     race_check._stream_names[SIDE] = "side"
     race_check._tap_choice = interception
-    race_check._activate("test")
+    race_check.activate("test")
     if interception == "native" and race_check._tap is None:
         race_check.stop()
         pytest.fail(f"the native tap did not load: {race_check._tap_unavailable}")
@@ -138,7 +138,7 @@ def test_stop_restores_every_patched_global_and_is_idempotent():
     race_check._device_filter = "cpu"
     race_check._want_cuda = False
     race_check._current_stream = FakeStreams()
-    race_check._activate("test")
+    race_check.activate("test")
     race_check.stop()
     race_check.stop()
     after = {
@@ -420,7 +420,7 @@ def test_a_collective_backends_own_stream_is_left_out_under_the_native_tap():
                 x.add_(0)  # the backend copies the tensor in, on its own stream
             return _Work()
 
-        check._collective("all_reduce", [x], [x], None, True, backend_call)
+        check.collective("all_reduce", [x], [x], None, True, backend_call)
         with check.streams.on(BACKEND):
             x.mul_(1)  # and out again later, on its worker thread
         assert check.findings() == []
@@ -440,7 +440,7 @@ def test_a_program_stream_used_inside_a_collective_is_still_checked():
                 x.add_(1)  # the program's own stream: not the backend's
             return _Work()
 
-        check._collective("all_reduce", [x], [x], None, True, call)
+        check.collective("all_reduce", [x], [x], None, True, call)
         check._sync_tap()
         assert check.findings(), "the side-stream write races with the modelled collective"
         assert SIDE not in check._internal_streams

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from torchlint.sanitizer.happens_before import (
+from torchlint.sanitizer.races.happens_before import (
     Access,
     Alloc,
     CaptureBegin,

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hb_reference import engine_races, reference_races
-from torchlint.sanitizer import happens_before as hb
+from torchlint.sanitizer.races import happens_before as hb
 
 STREAMS = ["s0", "s1", "s2"]
 EVENTS = ["e0", "e1"]

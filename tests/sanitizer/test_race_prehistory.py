@@ -10,8 +10,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from torchlint.sanitizer import races  # noqa: E402
-from torchlint.sanitizer.race_prehistory import HostSyncLedger, live_blocks  # noqa: E402
+from torchlint.sanitizer.races import check as races  # noqa: E402
+from torchlint.sanitizer.races.prehistory import HostSyncLedger, live_blocks  # noqa: E402
 
 from test_race_check_cpu import SIDE, FakeStreams  # noqa: E402
 
@@ -81,7 +81,7 @@ def _pending_check(interception):
 
 
 def _activate(check):
-    check._activate("a CUDA stream was created")
+    check.activate("a CUDA stream was created")
     if check._tap_choice == "native" and check._tap is None:
         pytest.fail(f"the native tap did not load: {check._tap_unavailable}")
 
@@ -122,7 +122,7 @@ def test_a_host_sync_before_the_side_stream_keeps_a_correct_program_clean(interc
     try:
         a = torch.rand(4, 2)
         snapshot.tensors.append(a)
-        check._host_synced()  # whichever sync: the wrappers and the warning hook all call this
+        check.host_synced()  # whichever sync: the wrappers and the warning hook all call this
         assert _side_stream_writes(check, a) == []
     finally:
         check.stop()
@@ -133,7 +133,7 @@ def test_a_tensor_made_after_the_last_sync_is_still_unfinished(interception):
     try:
         early = torch.rand(4, 2)
         snapshot.tensors.append(early)
-        check._host_synced()
+        check.host_synced()
         late = torch.rand(4, 2)
         snapshot.tensors.append(late)
         findings = _side_stream_writes(check, early, late)
@@ -168,7 +168,7 @@ def test_syncs_after_activation_are_left_to_the_engine():
     check, snapshot = _pending_check("python")
     try:
         _activate(check)
-        check._host_synced()
+        check.host_synced()
         assert check._ledger.syncs == 0
     finally:
         check.stop()
@@ -180,7 +180,7 @@ def test_the_decision_is_the_same_on_every_run(interception):
         try:
             kept = [torch.rand(16) for _ in range(3)]
             snapshot.tensors.extend(kept[:2])
-            check._host_synced()
+            check.host_synced()
             snapshot.tensors.append(kept[2])
             _activate(check)
             with check.streams.on(SIDE):
@@ -200,7 +200,7 @@ def test_implicit_syncs_before_activation_are_recorded_and_not_shown_to_the_user
     import types
     import warnings
 
-    from torchlint.sanitizer.sync import SYNC_WARNING
+    from torchlint.sanitizer.patching import SYNC_WARNING
 
     modes = []
     fake_torch = types.SimpleNamespace(
@@ -211,13 +211,13 @@ def test_implicit_syncs_before_activation_are_recorded_and_not_shown_to_the_user
     try:
         with warnings.catch_warnings(record=True) as seen:
             warnings.simplefilter("default")
-            check._watch_implicit_syncs(fake_torch)
+            check._hooks.watch_implicit_syncs(fake_torch)
             a = torch.rand(4, 2)
             snapshot.tensors.append(a)
             for _ in range(2):  # the same line twice: the "always" filter lets both through
                 warnings.warn(SYNC_WARNING + " (Triggered internally at fake.cpp:1.)", UserWarning)
             warnings.warn("an unrelated warning", UserWarning)
-            check._unwatch_implicit_syncs()
+            check._hooks.unwatch_implicit_syncs()
         assert check._ledger.syncs == 2
         assert modes == ["warn", 0]  # switched on for the check, and back
         assert [str(w.message) for w in seen] == ["an unrelated warning"]
@@ -236,7 +236,7 @@ def test_implicit_syncs_before_activation_are_recorded_and_not_shown_to_the_user
 def _filter_tap():
     import torch.cuda._gpu_trace  # noqa: F401  torch's interpreter forwards the syncs there, as on CUDA
 
-    from torchlint.sanitizer import native_tap
+    from torchlint.sanitizer.races import native_tap
 
     tap = native_tap.load(quiet=True)
     if not hasattr(tap, "track_allocations_since_sync"):
@@ -267,7 +267,7 @@ def test_the_filter_notes_blocks_handed_out_since_the_last_host_sync():
 def _pending_check_with_native_ledger():
     check, snapshot = _pending_check("native")
     tap = _filter_tap()
-    assert check._install_sync_ledger(tap)
+    assert check._hooks.install_sync_ledger(tap)
     check._native_ledger = tap
     return check, snapshot, tap
 
@@ -308,7 +308,7 @@ def test_native_ledger_a_host_sync_costs_no_snapshot():
     check._memory_snapshot = lambda: calls.append(1) or snapshot()
     try:
         for _ in range(3):
-            check._host_synced()
+            check.host_synced()
         assert calls == []
         _activate(check)
         assert calls == [1]  # one, at activation

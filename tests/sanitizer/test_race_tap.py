@@ -10,7 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from test_race_check_cpu import SIDE, make_check, synced  # noqa: E402
-from torchlint.sanitizer import native_tap, races  # noqa: E402
+from torchlint.sanitizer.races import check as races, native_tap  # noqa: E402
 
 
 def _default_stream_writes_then_a_side_stream_read(check):
@@ -53,7 +53,7 @@ def test_without_the_tap_the_dispatch_mode_runs_and_a_note_says_why(monkeypatch)
     monkeypatch.setattr(native_tap, "load", unavailable)
     check = make_check("auto")
     try:
-        assert check._tap is None and check._mode is not None
+        assert check._tap is None and check._hooks.dispatch_mode is not None
         summary = check.summary()
     finally:
         check.stop()
@@ -225,7 +225,7 @@ def test_a_second_checks_tap_counters_start_from_zero():
 def test_the_memory_registries_the_check_quiets_exist_in_this_torch():
     import torch.cuda._gpu_trace as trace
 
-    from torchlint.sanitizer import race_hooks
+    from torchlint.sanitizer.races import hooks as race_hooks
 
     for name in race_hooks._MEMORY_REGISTRIES:
         assert hasattr(getattr(trace, name), "fire_callbacks"), name
@@ -314,7 +314,7 @@ def test_the_taps_site_drops_test_frames_inside_the_code_under_test(tmp_path):
 
 
 def test_wait_stream_reaches_the_engine_once_and_its_inner_event_is_not_counted():
-    from torchlint.sanitizer import race_hooks
+    from torchlint.sanitizer.races import hooks as race_hooks
 
     check = make_check("native")
     try:
@@ -331,7 +331,7 @@ def test_wait_stream_reaches_the_engine_once_and_its_inner_event_is_not_counted(
         finally:
             race_hooks._LOCAL.in_wait_stream = False
         assert check._engine._index == index  # the wrapper tells the engine, not the inner event
-        check._wait_stream(default, side)
+        check.wait_stream(default, side)
         note = check._engine.last_sync(0, SIDE)
         assert note.kind == "wait_stream" and note.site[0][0] == __file__
         x.sum()  # ordered after the side stream's writes

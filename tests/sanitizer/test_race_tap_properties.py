@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from test_race_check_cpu import make_check, synced  # noqa: E402
-from torchlint.sanitizer import races  # noqa: E402
+from torchlint.sanitizer.races import check as races  # noqa: E402
 
 STREAMS = [races.DEFAULT_STREAM, 0x5151, 0x6262]  # 0x5151 is named "side" by make_check
 TENSORS = 3

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from torchlint.sanitizer import fragmentation as frag
+from torchlint.sanitizer.memory import fragmentation as frag
 
 DATA = pathlib.Path(__file__).parent / "data"
 MiB = 1 << 20

@@ -194,7 +194,7 @@ def test_a_captured_stack_symbolized_later_selects_the_same_frames(tmp_path):
 
 
 def test_a_lazy_race_site_compares_and_hashes_as_its_frames():
-    from torchlint.sanitizer import race_ops
+    from torchlint.sanitizer.races import ops as race_ops
 
     # start() binds these where torch has them; bind them here without a session.
     race_ops.bind_tracebacks(torch)

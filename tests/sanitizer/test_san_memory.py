@@ -6,9 +6,10 @@ import types
 
 import pytest
 
-from torchlint.sanitizer import memory
+from torchlint.sanitizer.memory import check as memory
 from torchlint.sanitizer.findings import Finding
-from torchlint.sanitizer.memory import AllocatorStats, MemoryCheck
+from torchlint.sanitizer.session import StepCount
+from torchlint.sanitizer.memory.check import AllocatorStats, MemoryCheck
 
 DATA = pathlib.Path(__file__).parent / "data"
 MiB = 1 << 20
@@ -101,6 +102,7 @@ class FakeSource:
 
 def session(warmup=2, test_id=None):
     s = types.SimpleNamespace(step_index=0, warmup_steps=warmup, test_id=test_id)
+    s.step_count = lambda: StepCount(s.step_index, min(warmup, max(0, s.step_index - 1)))
     s.in_warmup = True
     return s
 
@@ -263,8 +265,8 @@ def test_allocation_retries_are_reported_and_trigger_a_snapshot():
     assert kinds["alloc-retry"].details["steps"] == [4]
     # 700 MiB of inactive split blocks trigger the first snapshot at the baseline.
     assert [s.reason for s in check._snapshots] == ["inactive-split", "alloc-retry", "session-end"]
-    assert kinds["fragmentation"].details["category"] == "hard"
-    assert kinds["fragmentation"].count == 3
+    (state,) = kinds["alloc-retry"].details["fragmented_states"]  # the retries' evidence
+    assert (state["category"], state["seen"]) == ("hard", 3)
 
 
 def test_retries_that_ended_in_an_oom_are_not_double_reported():
@@ -308,16 +310,18 @@ def test_fragmented_state_at_session_end_is_reported():
     check.start()
     run_steps(check, sess, source, clock, 5)
     check.stop()
-    [finding] = check.findings()
+    [finding] = check.findings()  # 1000 MiB reserved against 300 MiB allocated: 700 MiB the run paid for
     assert isinstance(finding, Finding)
     assert finding.kind == "fragmentation" and finding.severity == "warning"
     assert finding.test == "tests/test_x.py::test_frag"
     details = finding.details
-    assert details["largest_free_block_bytes"] == 14 * MiB
-    assert details["slack"] == pytest.approx(0.7)
+    assert details["cost"] == ["reserved-over-allocated"] and details["excess_bytes"] == 700 * MiB
+    assert details["reserved_over_allocated"] == pytest.approx(3.333, abs=1e-3)
     assert details["suggested_alloc_conf"] == "expandable_segments:True"
-    assert details["trigger"] == "inactive-split"  # seen first at the end of warm-up
-    assert finding.count == 2  # and again at the session's end
+    (state,) = details["fragmented_states"]
+    assert state["largest_free_block_bytes"] == 14 * MiB
+    assert state["trigger"] == "inactive-split"  # seen first at the end of warm-up
+    assert state["seen"] == 2  # and again at the session's end
     json.dumps(finding.to_json())
 
 

@@ -8,8 +8,8 @@ import warnings
 
 import pytest
 
-from torchlint.sanitizer import fragmentation as frag
-from torchlint.sanitizer import memory
+from torchlint.sanitizer.memory import fragmentation as frag
+from torchlint.sanitizer.memory import check as memory
 from torchlint.sanitizer.findings import FRAGMENTATION
 from torchlint.sanitizer.timeline import Timeline
 
@@ -69,28 +69,46 @@ def _allocating_program(source, check, unit=UNIT):
     check._watch_tick()  # the allocating line: this one
 
 
-def test_waste_is_reported_at_the_allocating_line_without_any_step():
+def _waste(check):
+    return check.summary()["new_segment_waste"]
+
+
+def test_waste_is_recorded_at_the_allocating_line_and_places_the_finding_when_the_run_paid_for_it():
+    """No step at all; reserved ends 2.5x allocated, 768 MiB above it: a cost, placed where the segment was mapped."""
     check, sess, source, clock = make(FakeSource(segments=[]))
     check.start()
-    _allocating_program(source, check)
+    _allocating_program(source, check, unit=2 * UNIT)
     check.stop()
-    (finding,) = [f for f in check.findings() if f.details.get("trigger") == "new-segment"]
-    assert finding.kind == FRAGMENTATION
-    assert finding.file.endswith("test_san_memory_live.py")
-    assert "the allocating line: this one" in open(finding.file).read().splitlines()[finding.line - 1]
-    assert finding.details["request_bytes"] == 8 * UNIT
-    assert finding.details["pool_free_bytes"] == 12 * UNIT
+    (waste,) = _waste(check)
+    assert waste["file"].endswith("test_san_memory_live.py")
+    assert "the allocating line: this one" in open(waste["file"]).read().splitlines()[waste["line"] - 1]
+    assert (waste["request_bytes"], waste["pool_free_bytes"]) == (16 * UNIT, 24 * UNIT)
+    (finding,) = check.findings()
+    assert finding.kind == FRAGMENTATION and (finding.file, finding.line) == (waste["file"], waste["line"])
+    assert finding.details["cost"] == ["reserved-over-allocated"]
+    assert (finding.details["reserved_over_allocated"], finding.details["excess_bytes"]) == (2.5, 48 * UNIT)
+    assert "2.5x peak allocated" in finding.message
     assert finding.details["suggested_alloc_conf"] == "expandable_segments:True"
     assert "PYTORCH_ALLOC_CONF=expandable_segments:True" in finding.fix_hint
 
 
-def test_a_few_mib_free_in_split_blocks_during_warm_up_is_not_a_finding():
+def test_the_same_waste_that_cost_the_run_little_is_evidence_not_a_finding():
+    """384 MiB above allocated: the gaps stay in the report, and the run is silent."""
+    check, sess, source, clock = make(FakeSource(segments=[]))
+    check.start()
+    _allocating_program(source, check)
+    check.stop()
+    assert check.findings() == []
+    assert _waste(check)[0]["pool_free_bytes"] == 12 * UNIT
+
+
+def test_a_few_mib_free_in_split_blocks_during_warm_up_is_not_even_evidence():
     """The allocator's ordinary caching: the same pattern at 1/16 the size stays under the floors."""
     check, sess, source, clock = make(FakeSource(segments=[]))
     check.start()
     _allocating_program(source, check, unit=MiB)
     check.stop()
-    assert [f for f in check.findings() if f.details.get("trigger") == "new-segment"] == []
+    assert _waste(check) == [] and check.findings() == []
 
 
 def make_with_timeline(source, **timeline_options):
@@ -111,7 +129,7 @@ def test_a_segment_mapped_when_nothing_was_free_costs_no_judgement():
     source.bump(reserved=40 * UNIT, allocated=28 * UNIT, segments=2, num_device_alloc=2)
     check._watch_tick()
     check.stop()
-    assert not [f for f in check.findings() if f.details.get("trigger") == "new-segment"]
+    assert _waste(check) == []
     segments = sess.timeline.to_json()["segments"]
     assert [(added, nbytes) for _, added, nbytes, *_ in segments] == [(1, 20 * UNIT), (1, 20 * UNIT)]
     assert "timeline" not in check.summary()  # the session's timeline is the one owner of the series
@@ -131,9 +149,10 @@ def test_the_program_end_snapshot_sees_what_the_session_end_no_longer_holds():
     source.segments = [segment(0x10000000, [(1000, "free")])]
     source.bump(allocated=0)
     check.stop()
-    (finding,) = [f for f in check.findings() if f.kind == FRAGMENTATION]
-    assert finding.details["trigger"] == "program-end"
-    assert finding.details["category"] == frag.HARD
+    (finding,) = [f for f in check.findings() if f.kind == FRAGMENTATION]  # 700 MiB held beyond 300 MiB used
+    assert finding.details["cost"] == ["reserved-over-allocated"]
+    (state,) = finding.details["fragmented_states"]
+    assert (state["trigger"], state["category"]) == ("program-end", frag.HARD)
     summary = check.summary()
     assert summary["worst_fragmentation"]["trigger"] == "program-end"
     assert summary["worst_fragmentation"]["free_between_live_blocks_bytes"] == 700 * MiB
@@ -199,9 +218,9 @@ def test_the_allocator_history_gives_the_exact_allocating_line_when_recorded():
     check.start()
     _allocating_program(source, check)
     check.stop()
-    (finding,) = [f for f in check.findings() if f.details.get("trigger") == "new-segment"]
-    assert (finding.file, finding.line) == ("/work/project/train.py", 42)
-    assert finding.details["site_observed"] == "allocator history (exact)"
+    (waste,) = _waste(check)
+    assert (waste["file"], waste["line"]) == ("/work/project/train.py", 42)
+    assert waste["site_observed"] == "allocator history (exact)"
 
 
 def test_a_recent_step_sample_stands_in_for_the_watchers_look():
@@ -234,9 +253,9 @@ def test_a_new_segment_seen_by_a_step_sample_is_judged_at_the_step():
     source.bump(reserved=40 * UNIT, allocated=16 * UNIT, segments=2, num_device_alloc=2)
     advance(sess, check, clock, 0.06)
     check.stop()
-    (finding,) = [f for f in check.findings() if f.details.get("trigger") == "new-segment"]
-    assert finding.details["site_observed"] == memory.SEEN_ON_MAIN_THREAD
-    assert finding.details["step"] == 4 and finding.details["request_bytes"] == 8 * UNIT
+    (waste,) = _waste(check)
+    assert waste["site_observed"] == memory.SEEN_ON_MAIN_THREAD
+    assert waste["step"] == 4 and waste["request_bytes"] == 8 * UNIT
 
 
 def test_a_failing_step_sample_is_recorded_and_the_users_step_goes_on():

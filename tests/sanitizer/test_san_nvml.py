@@ -5,8 +5,8 @@ import types
 
 import pytest
 
-from torchlint.sanitizer import nvml as nvml_mod
-from torchlint.sanitizer.nvml import NvmlSampler
+from torchlint.sanitizer.memory import nvml as nvml_mod
+from torchlint.sanitizer.memory.nvml import NvmlSampler
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -76,17 +76,16 @@ def run(s, clock, n):
         s.sample_once()
 
 
-def test_low_utilization_is_flagged_after_enough_samples():
+def test_each_utilization_sample_goes_to_the_timeline_and_the_sampler_judges_none():
+    """Utilization is judged on the steady-state steps (phases.py), from the samples the sampler hands on."""
     fake = FakeNvml(util=20)
-    s, clock = sampler(fake)
+    seen = []
+    s, clock = sampler(fake, on_sample=seen.append)
     assert s.open()
-    run(s, clock, nvml_mod.MIN_UTILIZATION_SAMPLES + nvml_mod.LAG_SAMPLES - 1)
-    assert s.findings() == []  # not enough samples yet (and too short a run)
-    run(s, clock, 25)  # 5 s at 5 Hz: long enough to judge
-    [finding] = s.findings()
-    assert finding.kind == "low-utilization"
-    assert finding.details["utilization_mean_percent"] == 20
-    assert "20%" in finding.message
+    run(s, clock, 40)  # 8 s of a starved GPU
+    assert seen == [20] * 40
+    assert s.findings() == []
+    assert s.summary()["utilization_mean_percent"] == 20  # the whole measured run: reported
 
 
 def test_busy_gpu_is_not_flagged():
@@ -209,10 +208,10 @@ def test_interval_must_be_2_to_10_hz():
         NvmlSampler(0, nvml=FakeNvml(), interval_s=0.05)
 
 
-def test_a_run_too_short_to_judge_reports_utilization_but_no_finding():
+def test_an_idle_run_is_reported_by_the_sampler_not_judged():
     s, clock = sampler(FakeNvml(util=0))
     s.open()
-    run(s, clock, 20)  # 4 s of an idle GPU: start-up, not the program's verdict
+    run(s, clock, 20)
     assert s.findings() == []
     assert s.summary()["utilization_mean_percent"] == 0
 

@@ -72,6 +72,7 @@ def test_ini_keys(project):
     assert _header_lines(result) == [INACTIVE_LINE]
     report = json.loads((project.path / "out" / "run.json").read_text())
     assert report["version"] == 1 and report["findings"] == [] and report["tests"] == {}
+    assert report["inactive"] == "no CUDA device"  # nothing was checked: not "no findings"
     project.makeini("[pytest]\ngpu_sanitize_checks = sync,bogus\n")
     assert project.runpytest_subprocess().ret == 4
 
@@ -231,8 +232,10 @@ def test_one_off_syncs_leave_no_summary_entry_and_sites_group_across_tests(suite
         f"model.py:{_line(suite, 'model.py', 'SHARED')}: sync other x16 in 3 tests, stall not timed*",
         "... and 4 more site(s): -v lists them all",
     ])
-    assert f"test_suite.py:{_line(suite, 'test_suite.py', 'LOOP')}: sync other x20 in 1 test" in section
     report = json.loads((suite.path / "run.json").read_text())
+    # The test's own loop is info (a test file's read): ranked after the code under test's sites.
+    loop = [site for site in report["sites"] if site["line"] == _line(suite, "test_suite.py", "LOOP")]
+    assert [(site["count"], site["tests"], site["severity"]) for site in loop] == [(20, 1, "info")]
     one_off = [f for f in report["findings"] if f["details"]["repeated"] is False]
     assert sorted(f["line"] for f in one_off) == sorted(
         _line(suite, "test_suite.py", m) for m in ("FINAL", "SAVE", "ASSERT_CLOSE"))

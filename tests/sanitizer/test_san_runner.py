@@ -131,3 +131,76 @@ def test_the_program_end_hook_sees_the_scripts_objects_alive(tmp_path, ending):
     assert seen == [True]
     assert code == {"": 0, "raise SystemExit(4)": 4, "raise ValueError('late')": 1}[ending]
     assert not alive_after
+
+
+def test_a_top_level_loop_of_synchronize_is_found_with_every_check_on(tmp_path):
+    """Module-level code, no function, no optimizer: the way tutorials and notebooks are written.
+
+    The race check wraps torch.cuda.synchronize after the sync check (it records
+    host syncs before it activates); its wrapper once made every explicit
+    synchronize look like torchlint's own, and the run reported nothing.
+    """
+    (tmp_path / "loop.py").write_text(textwrap.dedent("""
+        import torch
+        x = torch.ones(4)
+        for i in range(40):
+            y = x * 2
+            torch.cuda.synchronize()  # SYNC
+        print("done")
+    """))
+    # No GPU here: torch.cuda.synchronize becomes a no-op before the checks wrap it.
+    launcher = ("import sys, torch\n"
+                "torch.cuda.synchronize = lambda *args, **kwargs: None\n"
+                "from torchlint.sanitizer.runner import main\n"
+                "sys.exit(main(sys.argv[1:]))\n")
+    env = dict(os.environ, TORCHLINT_SANITIZER_FORCE="1")
+    done = subprocess.run([sys.executable, "-c", launcher, "--report-json", "r.json", "loop.py"],
+                          capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["checks"] == ["memory", "race", "sync"]
+    [finding] = [f for f in report["findings"] if f["kind"] == "sync"]
+    assert (finding["line"], finding["count"], finding["rule"]) == (6, 40, "TL102")
+    assert finding["details"]["sync_kind"] == "synchronize" and finding["severity"] == "warning"
+    assert "internal error" not in done.stderr
+
+
+def test_without_cuda_every_report_says_nothing_was_checked(scripts):
+    """One clear line, never "no findings"; --report-json, --report-html and --trace still written."""
+    done = run(["--report-json", "r.json", "--report-html", "r.html", "--trace", "t.json", "show.py", "3"],
+               cwd=scripts)
+    assert done.returncode == 3
+    inactive = [line for line in done.stderr.splitlines() if "no CUDA device" in line]
+    assert inactive == ["python -m torchlint.sanitizer: no CUDA device: GPU sanitizer inactive: nothing is checked; "
+                        "the script runs as it would without it"]
+    assert "no findings" not in done.stderr
+    report = json.loads((scripts / "r.json").read_text())
+    assert report["inactive"] == "no CUDA device" and report["findings"] == []
+    page = (scripts / "r.html").read_text()
+    assert "Nothing was checked: the GPU sanitizer was inactive (no CUDA device)" in page
+    assert ">no findings<" not in page
+    trace = json.loads((scripts / "t.json").read_text())
+    assert any("nothing was checked" in event["name"] for event in trace["traceEvents"])
+
+
+def test_a_report_path_that_cannot_be_written_is_refused_before_the_script_runs(scripts):
+    (scripts / "folder").mkdir()
+    done = run(["--report-json", "folder", "show.py", "3"], cwd=scripts)
+    assert done.returncode == 2 and done.stdout == ""  # the script never ran
+    assert done.stderr.strip().splitlines()[-1] == "python -m torchlint.sanitizer: error: --report-json folder: is a directory"
+    (scripts / "blocker").write_text("a file where a folder should be\n")
+    done = run(["--report-html", "blocker/r.html", "show.py"], cwd=scripts)
+    assert done.returncode == 2 and "--report-html blocker/r.html: " in done.stderr and "is not a directory" in done.stderr
+
+
+def test_a_report_that_fails_to_write_after_the_run_keeps_the_scripts_exit_code_and_leaves_no_temporary(
+        scripts, monkeypatch):
+    """The folder is taken away while the script runs: one line of error, exit 3 stays, no PATH.tmpPID."""
+    (scripts / "out").mkdir()
+    (scripts / "vanish.py").write_text("import shutil, sys\nshutil.rmtree('out')\nopen('out', 'w').close()\nsys.exit(3)\n")
+    done = run(["--report-json", "out/r.json", "--report-html", "out/r.html", "vanish.py"], cwd=scripts)
+    assert done.returncode == 3
+    errors = [line for line in done.stderr.splitlines() if ": error: " in line]
+    assert len(errors) == 2 and all("cannot write it" in line for line in errors), done.stderr
+    assert "Traceback" not in done.stderr
+    assert not [path for path in os.listdir(scripts) if ".tmp" in path]

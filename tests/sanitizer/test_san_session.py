@@ -8,13 +8,13 @@ import pytest
 from torchlint.sanitizer import session as session_module
 from torchlint.sanitizer.findings import Finding
 from torchlint.sanitizer.session import (
-    CHECK_REGISTRY, DEFAULT_FAIL_ON, SanitizerSession, allow_sync, finding_fails, parse_fail_on, sanitize,
+    CHECK_REGISTRY, DEFAULT_FAIL_ON, Check, SanitizerSession, allow_sync, finding_fails, parse_fail_on, sanitize,
 )
 
 EVENTS = []
 
 
-class _Recorder:
+class _Recorder(Check):
     def __init__(self, session):
         self.session = session
         self.steps = []

@@ -1,6 +1,7 @@
 """The sync check on CPU: the warning hook, classification, counting, steps, allowlist,
 and restoring every global. Syncs are simulated by raising torch's warning from
 library code, which is exactly what the hook sees on a GPU."""
+import sys
 import threading
 import warnings
 
@@ -11,7 +12,8 @@ torch = pytest.importorskip("torch")
 from torchlint.sanitizer import allow_sync, frames, sanitize  # noqa: E402
 from torchlint.sanitizer.findings import is_one_off  # noqa: E402
 from torchlint.noqa import ALL, NO_NOQA, line_noqa, line_suppresses  # noqa: E402
-from torchlint.sanitizer.sync import KINDS, SyncCheck, classify  # noqa: E402
+from torchlint.sanitizer.sync.check import SyncCheck  # noqa: E402
+from torchlint.sanitizer.sync.kinds import KINDS, classify, rule_for  # noqa: E402
 from san_sync_helpers import SYNC_TEXT, install_fake_library, line_of, write_user_module  # noqa: E402
 
 
@@ -78,7 +80,9 @@ def test_every_kind_has_a_rule_label_and_hint():
                           "synchronize", "event-sync", "empty-cache", "pageable-copy", "copy", "other"}
     rules = {kind: KINDS[kind][0] for kind in KINDS}
     assert {rules[k] for k in ("item", "tolist", "cpu", "numpy", "bool", "format")} == {"TL101"}
-    assert rules["copy"] == rules["pageable-copy"] == "TL201"
+    # A blocking copy's rule is the fix the run saw it needs: pinned source TL201, pageable TL202.
+    assert rules["copy"] is None and rules["pageable-copy"] == "TL202"
+    assert (rule_for("copy", {True}), rule_for("copy", {False}), rule_for("copy", {True, False})) == ("TL201", "TL202", None)
     assert rules["synchronize"] == rules["event-sync"] == "TL102"
     assert {rules[k] for k in ("nonzero", "mask-index", "unique")} == {"TL103"}
     assert rules["empty-cache"] == "TL303" and rules["other"] is None
@@ -294,7 +298,7 @@ def test_the_debug_mode_stays_on_while_another_hook_needs_the_warning(lib):
     # The race check, before it activates without the native tap's ledger, learns of
     # .item() syncs from this warning: silencing it at the source would hide them.
     from torchlint.sanitizer.patching import WarningHook
-    from torchlint.sanitizer.sync import SYNC_WARNING
+    from torchlint.sanitizer.patching import SYNC_WARNING
 
     heard = []
     modes = []
@@ -437,6 +441,18 @@ def test_syncs_caused_by_torchlint_itself_are_ignored(lib):
     with sanitize(checks={"sync"}) as session:
         namespace["sample"](lib)
     assert session.findings == [] and session._checks[0].internal_count == 1
+
+
+def test_a_torchlint_wrapper_that_forwards_the_users_call_is_not_torchlints_own_sync(lib):
+    """The race check wraps torch.cuda.synchronize after the sync check does; the sync is still the user's."""
+    namespace = {}
+    exec(compile("def wrapper(lib):\n    lib.read_back()\n", frames.__file__, "exec"), namespace)
+    frames.forwards_user_call(namespace["wrapper"])
+    with sanitize(checks={"sync"}, sync_min_count=1) as session:
+        namespace["wrapper"](lib); line = sys._getframe().f_lineno
+    [finding] = session.findings
+    assert finding.line == line and finding.file == __file__
+    assert session._checks[0].internal_count == 0
 
 
 def test_sync_check_is_constructed_by_the_protocol():
@@ -582,7 +598,7 @@ def test_a_script_summary_counts_one_off_syncs_without_listing_them(tmp_path, li
 def test_wrappers_look_every_attribute_up_before_writing_any(monkeypatch):
     # CPython 3.13+ gives a class ~1,000 type-version tags, and a lookup between
     # two writes to torch.Tensor spends one: a session must write in one burst.
-    from torchlint.sanitizer import sync as sync_module
+    from torchlint.sanitizer.sync import check as sync_module
 
     events = []
     real = sync_module._Patch

@@ -6,8 +6,9 @@ import types
 
 import pytest
 
-from torchlint.sanitizer import memory
-from torchlint.sanitizer.memory import AllocatorStats, MemoryCheck
+from torchlint.sanitizer.memory import check as memory
+from torchlint.sanitizer.memory.check import AllocatorStats, MemoryCheck
+from torchlint.sanitizer.session import StepCount
 from torchlint.sanitizer.timeline import SERIES, MemorySeries, Timeline
 from test_san_memory import FakeSource  # noqa: E402  (a sibling test module's fake allocator)
 
@@ -124,6 +125,7 @@ def fresh_observer(monkeypatch):
 def test_the_memory_checks_watcher_feeds_memory_and_new_segments_and_the_oom_adds_its_point(fresh_observer):
     clock = Clock()
     session = types.SimpleNamespace(step_index=0, warmup_steps=0, test_id=None, in_warmup=False,
+                                    step_count=lambda: StepCount(0, 0),
                                     timeline=Timeline(clock=clock))
     source = FakeSource(stats=AllocatorStats(allocated=10 * MiB, reserved=20 * MiB, segments=1))
     check = MemoryCheck(session, source=source, use_nvml=False, clock=clock)
@@ -155,6 +157,7 @@ def test_steps_cost_the_chart_no_allocator_call(fresh_observer):
     """The curve comes from the watcher: a fast loop's step boundaries read the clock, nothing more."""
     clock = Clock()
     session = types.SimpleNamespace(step_index=0, warmup_steps=0, test_id=None, in_warmup=False,
+                                    step_count=lambda: StepCount(0, 0),
                                     timeline=Timeline(clock=clock))
     source = FakeSource()
     check = MemoryCheck(session, source=source, use_nvml=False, clock=clock, sample_interval_s=0.05)

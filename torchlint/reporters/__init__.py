@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Optional, Sequence, TextIO
+from typing import Any, Callable, Dict, List, Optional, Sequence, TextIO
 
-from torchlint.rule import Diagnostic
+from torchlint.rule import Diagnostic, ResolvedEvidence
 
 
 @dataclass
@@ -34,15 +34,27 @@ class ReportContext:
         """The findings only the run saw, and one summary line (text formats)."""
         if self.runtime is None:
             return
-        from torchlint.runtime_join import runtime_only_line
+        from torchlint.runtime_join import runtime_only_line, summary_line
 
         for entry in self.runtime.runtime_only:
             out.write(runtime_only_line(entry, self.display_path) + "\n")
-        measured = len(self.runtime.measured)
-        only = len(self.runtime.runtime_only)
-        out.write(f"Runtime report: {measured} finding{'s' if measured != 1 else ''} measured at run time, "
-                  f"{only} seen at run time only (the linter's blind spot)"
-                  + (f", {self.runtime.outside} in files not linted" if self.runtime.outside else "") + ".\n")
+        out.write(summary_line(self.runtime) + "\n")
+
+    def evidence_notes(self, d: Diagnostic) -> List[str]:
+        """Each fact the finding rests on, with its place: "`model` moved to the
+        GPU at train.py:40"; a fact in the finding's own file gives ":40" alone."""
+        return [f"{fact.text} at {self.evidence_place(d, fact)}" for fact in d.evidence]
+
+    def evidence_place(self, d: Diagnostic, fact: ResolvedEvidence) -> str:
+        same_file = self.absolute_path(fact.path) == self.absolute_path(d.path)
+        return f":{fact.row}" if same_file else f"{self.display_path(fact.path)}:{fact.row}"
+
+    def evidence_json(self, d: Diagnostic) -> List[Dict[str, Any]]:
+        """The ``evidence`` list of json and json-lines (paths absolute, like ``filename``)."""
+        return [
+            {"message": fact.text, "filename": self.absolute_path(fact.path), "location": {"row": fact.row, "column": fact.column}}
+            for fact in d.evidence
+        ]
 
     def display_path(self, path: str) -> str:
         if path == "-" or not os.path.isabs(path) and not path.startswith(".."):

@@ -6,7 +6,7 @@ import json
 import os
 from typing import Any, Dict, List, Sequence, TextIO
 
-from torchlint import __version__, docs
+from torchlint import __version__, docs, lifecycle
 from torchlint.registry import all_rules
 from torchlint.reporters import ReportContext
 from torchlint.rule import DOCS_URL, Diagnostic
@@ -36,7 +36,8 @@ def github(diagnostics: Sequence[Diagnostic], ctx: ReportContext, out: TextIO) -
                 ("title", f"{d.code} {d.name}"),
             )
         )
-        out.write(f"::error {props}::{escape_data(f'{d.code} {d.message}{ctx.measured_suffix(d)}')}\n")
+        notes = "".join(f"\n  note: {note}" for note in ctx.evidence_notes(d))
+        out.write(f"::error {props}::{escape_data(f'{d.code} {d.message}{ctx.measured_suffix(d)}{notes}')}\n")
     if ctx.runtime is not None:
         from torchlint.runtime_join import runtime_only_line
 
@@ -68,8 +69,7 @@ def sarif_document(diagnostics: Sequence[Diagnostic], ctx: ReportContext) -> Dic
     root = _repo_root(ctx.cwd)
     results: List[Dict[str, Any]] = []
     for d in diagnostics:
-        absolute = ctx.absolute_path(d.path)
-        uri = os.path.relpath(os.path.realpath(absolute), os.path.realpath(root)).replace(os.sep, "/")
+        uri = _repo_uri(ctx, d.path, root)
         results.append(
             {
                 "ruleId": d.code,
@@ -92,8 +92,11 @@ def sarif_document(diagnostics: Sequence[Diagnostic], ctx: ReportContext) -> Dic
                 "partialFingerprints": {"torchlintFingerprint/v1": _fingerprint(d, uri, ctx)},
             }
         )
+        if d.evidence:
+            results[-1]["relatedLocations"] = _related_locations(d, ctx, root)
+            results[-1]["properties"] = {"evidence": _evidence_properties(results[-1]["relatedLocations"])}
         if ctx.runtime is not None:
-            results[-1]["properties"] = {"measured": ctx.measured(d)}
+            results[-1].setdefault("properties", {})["measured"] = ctx.measured(d)
     if ctx.runtime is not None:
         results.extend(_runtime_only_results(ctx, root))
     return {
@@ -117,6 +120,39 @@ def sarif_document(diagnostics: Sequence[Diagnostic], ctx: ReportContext) -> Dic
     }
 
 
+def _repo_uri(ctx: ReportContext, path: str, root: str) -> str:
+    absolute = ctx.absolute_path(path)
+    return os.path.relpath(os.path.realpath(absolute), os.path.realpath(root)).replace(os.sep, "/")
+
+
+def _related_locations(d: Diagnostic, ctx: ReportContext, root: str) -> List[Dict[str, Any]]:
+    """The facts the finding rests on, each a place with its message."""
+    return [
+        {
+            "id": index,
+            "message": {"text": fact.text},
+            "physicalLocation": {
+                "artifactLocation": {"uri": _repo_uri(ctx, fact.path, root), "uriBaseId": "%SRCROOT%"},
+                "region": {"startLine": fact.row, "startColumn": fact.column},
+            },
+        }
+        for index, fact in enumerate(d.evidence)
+    ]
+
+
+def _evidence_properties(related: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """The same facts flat, for tools that read properties rather than relatedLocations."""
+    return [
+        {
+            "message": entry["message"]["text"],
+            "uri": entry["physicalLocation"]["artifactLocation"]["uri"],
+            "location": {"row": entry["physicalLocation"]["region"]["startLine"],
+                         "column": entry["physicalLocation"]["region"]["startColumn"]},
+        }
+        for entry in related
+    ]
+
+
 def _runtime_only_results(ctx: ReportContext, root: str) -> List[Dict[str, Any]]:
     """Runtime findings no static finding joined: notes without a rule, with ``measured``."""
     results = []
@@ -128,8 +164,7 @@ def _runtime_only_results(ctx: ReportContext, root: str) -> List[Dict[str, Any]]
             "properties": {"measured": entry["measured"], "runtime_kind": entry["kind"]},
         }
         if entry.get("file"):
-            absolute = ctx.absolute_path(entry["file"])
-            uri = os.path.relpath(os.path.realpath(absolute), os.path.realpath(root)).replace(os.sep, "/")
+            uri = _repo_uri(ctx, entry["file"], root)
             region = {"startLine": entry["line"]} if entry.get("line") else {}
             result["locations"] = [{"physicalLocation": {"artifactLocation": {"uri": uri, "uriBaseId": "%SRCROOT%"},
                                                          **({"region": region} if region else {})}}]
@@ -152,8 +187,12 @@ def _sarif_rule(rule) -> Dict[str, Any]:
         "fullDescription": {"text": full},
         "help": {"text": full, "markdown": markdown},
         "helpUri": f"{DOCS_URL}#{docs.anchor(rule)}",
-        "defaultConfiguration": {"level": "error" if rule.code == "TL000" else "warning", "enabled": rule.default_enabled},
-        "properties": {"tags": ["pytorch", "performance" if rule.code[2] in "12358" else "correctness"]},
+        # Enabled: in the default set (stable and not opt-in); preview rules run only with --preview.
+        "defaultConfiguration": {"level": "error" if rule.code == "TL000" else "warning", "enabled": lifecycle.in_default_set(rule)},
+        "properties": {
+            "tags": ["pytorch", "performance" if rule.code[2] in "12358" else "correctness"],
+            "status": lifecycle.status(rule),
+        },
     }
 
 

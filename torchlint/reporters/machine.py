@@ -35,6 +35,7 @@ def to_json(d: Diagnostic, ctx: ReportContext) -> Dict[str, Any]:
         "fix": fix,
         "noqa_row": d.noqa_row,
         "url": d.url,
+        "evidence": ctx.evidence_json(d),
     }
     if ctx.runtime is not None:
         entry["measured"] = ctx.measured(d)
@@ -54,6 +55,7 @@ def runtime_only_json(entry: Dict[str, Any], ctx: ReportContext) -> Dict[str, An
         "fix": None,
         "noqa_row": None,
         "url": None,
+        "evidence": [],
         "measured": entry["measured"],
         "runtime_kind": entry["kind"],
     }
@@ -86,7 +88,8 @@ def junit(diagnostics: Sequence[Diagnostic], ctx: ReportContext, out: TextIO) ->
         for d in items:
             out.write(f'    <testcase name={quoteattr(f"org.torchlint.{d.code}")} classname={quoteattr(shown)} line="{d.row}" column="{d.column}">\n')
             message = d.message + ctx.measured_suffix(d)
-            out.write(f"      <failure message={quoteattr(message)}>{escape(f'line {d.row}, col {d.column}, {message}')}</failure>\n")
+            body = "".join(f"\n  note: {note}" for note in ctx.evidence_notes(d))
+            out.write(f"      <failure message={quoteattr(message)}>{escape(f'line {d.row}, col {d.column}, {message}{body}')}</failure>\n")
             out.write("    </testcase>\n")
         out.write("  </testsuite>\n")
     out.write("</testsuites>\n")

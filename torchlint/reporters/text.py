@@ -45,6 +45,8 @@ def full(diagnostics: Sequence[Diagnostic], ctx: ReportContext, out: TextIO) -> 
             out.write(f"{gutter}{source}\n")
             width = max(1, (d.end_column - d.column) if d.end_row == d.row else len(source) - d.column + 1)
             out.write(" " * (len(gutter) - 2) + "| " + " " * (d.column - 1) + "^" * width + "\n")
+        for note in ctx.evidence_notes(d):
+            out.write(f"  note: {note}\n")
         if d.fix is not None:
             out.write(f"  help: {d.fix.message}\n")
             if d.fix.applicability == UNSAFE:

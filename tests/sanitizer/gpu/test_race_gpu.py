@@ -11,7 +11,7 @@ pytestmark = pytest.mark.gpu
 
 import race_cases  # noqa: E402  (tests/sanitizer/gpu is on sys.path under pytest's rootdir import mode)
 
-from torchlint.sanitizer import races  # noqa: E402
+from torchlint.sanitizer.races import check as races  # noqa: E402
 from torchlint.sanitizer.findings import RACE  # noqa: E402
 
 if importlib.util.find_spec("triton") is not None:

@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")
 
 pytestmark = pytest.mark.gpu
 
-from torchlint.sanitizer import races  # noqa: E402
+from torchlint.sanitizer.races import check as races  # noqa: E402
 
 RUNS = 20
 

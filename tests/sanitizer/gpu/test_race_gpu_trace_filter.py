@@ -23,7 +23,7 @@ PROGRAM = textwrap.dedent(
     import json, sys
     import torch
     import torch.cuda._gpu_trace as trace
-    from torchlint.sanitizer import races
+    from torchlint.sanitizer.races import check as races
 
     seen = {"user_allocations": 0, "fired_allocations": 0}
     if sys.argv[1] == "user-listener":

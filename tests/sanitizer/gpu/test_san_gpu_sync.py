@@ -115,9 +115,11 @@ def test_mask_index_gets_timed_in_the_sampled_window():
     assert finding.details["timed_calls"] >= 1
 
 
-@pytest.mark.parametrize("kind", ["synchronize", "stream-sync", "event-sync", "empty-cache", "pageable-copy", "copy"])
+@pytest.mark.parametrize("kind", ["synchronize", "stream-sync", "event-sync", "empty-cache", "pageable-copy", "copy",
+                                  "unpinned-copy", "pinned-copy"])
 def test_blind_spots(kind):
     host = torch.randn(1 << 16)
+    pinned = torch.randn(1 << 16).pin_memory()
     with sanitize(checks={"sync"}, sync_min_count=1) as session:
         _busy(10)
         if kind == "synchronize":
@@ -132,10 +134,17 @@ def test_blind_spots(kind):
             host.to("cuda", non_blocking=True); line = _line()
         elif kind == "copy":
             torch.tensor([1.0, 2.0], device="cuda"); line = _line()
-    expected = {"stream-sync": "synchronize"}.get(kind, kind)
+        elif kind == "unpinned-copy":
+            host.to("cuda"); line = _line()
+        elif kind == "pinned-copy":
+            pinned.to("cuda"); line = _line()
+    expected = {"stream-sync": "synchronize", "unpinned-copy": "copy", "pinned-copy": "copy"}.get(kind, kind)
     finding = _assert_site(session, line, expected)
-    assert finding.rule == {"synchronize": "TL102", "event-sync": "TL102", "empty-cache": "TL303",
-                            "pageable-copy": "TL201", "copy": "TL201"}[expected]
+    # A blocking copy's rule is the fix it needs, from what the run saw of its source (issue #32: 4):
+    # pageable memory, TL202 (pin the loader); pinned, TL201 (non_blocking); a list, neither.
+    assert finding.rule == {"synchronize": "TL102", "stream-sync": "TL102", "event-sync": "TL102",
+                            "empty-cache": "TL303", "pageable-copy": "TL202", "copy": None,
+                            "unpinned-copy": "TL202", "pinned-copy": "TL201"}[kind]
 
 
 def test_pinned_non_blocking_copy_is_clean():
@@ -189,7 +198,7 @@ def test_noqa_and_allow_sync_silence_sites():
 
 
 def test_a_quiet_item_leaves_warn_mode_on_for_the_syncs_after_it():
-    # .item() on a plain CUDA tensor is recorded with the debug mode off for the call (sync.py's docstring).
+    # .item() on a plain CUDA tensor is recorded with the debug mode off for the call (sync/check.py's docstring).
     x = torch.ones(4, device="cuda")
     with sanitize(checks={"sync"}, sync_min_count=1) as session:
         x.sum().item(); item_line = _line()
@@ -202,7 +211,7 @@ def test_a_quiet_item_leaves_warn_mode_on_for_the_syncs_after_it():
 
 def test_an_item_still_orders_side_stream_work_for_the_race_check_under_the_fallback(monkeypatch):
     # Without the native tap's ledger the race check hears of .item() through the sync
-    # warning; the sync check must not silence it (sync.py's docstring).
+    # warning; the sync check must not silence it (sync/check.py's docstring).
     monkeypatch.setenv("TORCHLINT_RACE_TAP", "python")
     with sanitize(checks={"sync", "race"}, sync_min_count=1) as session:
         a = torch.rand(4, 2, device="cuda")

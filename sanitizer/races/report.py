@@ -8,9 +8,9 @@ from __future__ import annotations
 import sys
 from typing import Any, Dict, Hashable, List
 
-from .findings import RACE, Finding, Frame
+from ..findings import RACE, Finding, Frame
 from .happens_before import CollectiveStream, Race
-from .race_ops import DEFAULT_STREAM, TensorInfo
+from .ops import DEFAULT_STREAM, TensorInfo
 
 
 def _is_stream(value) -> bool:
@@ -42,7 +42,7 @@ def _scope_items(frame) -> list:
 def _user_frame():
     """The innermost user frame on the current stack (or None)."""
     try:
-        from .frames import is_user_file
+        from ..frames import is_user_file
     except ImportError:  # pragma: no cover
         return None
     frame = sys._getframe(1)

@@ -1,4 +1,9 @@
-"""The memory check: allocator health, fragmentation and OOM verdicts.
+"""The memory check's hooks and state: what the allocator did while the program ran.
+
+This module observes; ``verdicts.py`` judges. The step sample, the watcher
+thread, the snapshots and the OOM observer fill the check's state, and
+``MemoryCheck.observed()`` freezes it into a ``MemoryRecord``
+(``record.py``), from which the findings and the summary are computed.
 
 Cost model (runtime-hooks §4.1, re-measured on an H200 with torch 2.11):
 ``torch.cuda.memory_stats()`` costs ~56 µs because it flattens 122 keys in
@@ -36,15 +41,18 @@ import math
 import os
 import threading
 import time
-from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from .. import timeline as _timeline
+from ..findings import Finding, Frame
+from ..internal_errors import InternalErrors
+from ..phases import split
+from ..session import Check, SessionView
 from . import fragmentation as frag
-from . import timeline as _timeline
 from .allocator import AllocatorStats, TorchAllocatorSource
-from .findings import ALLOC_CHURN, ALLOC_RETRY, FRAGMENTATION, NEAR_CAPACITY, OOM, Finding, Frame
-from .internal_errors import InternalErrors
 from .nvml import NvmlSampler
+from .record import MemoryRecord, OomEvent, SnapshotRecord, WasteEvent
+from .verdicts import NEAR_CAP_FRACTION, memory_findings, memory_summary
 
 MiB = 1 << 20
 DEFAULT_SAMPLE_INTERVAL_S = 0.05
@@ -53,13 +61,9 @@ SNAPSHOT_MIN_INTERVAL_S = 1.0
 # (``MemoryCheck._device_memory``): what other processes take shows within it.
 DEVICE_READ_EVERY_S = 1.0
 MAX_TRIGGERED_SNAPSHOTS = 8
-NEAR_CAP_FRACTION = 0.9
 HIGH_SLACK = 0.3
 INACTIVE_SPLIT_TRIGGER_BYTES = 64 * MiB
 INACTIVE_SPLIT_TRIGGER_FRACTION = 0.25
-CHURN_MIN_EVENTS = 2
-CHURN_MIN_PER_STEP = 0.2
-CHURN_MIN_STEPS = 2
 # The watcher: a daemon thread that wakes every WATCH_INTERVAL_S and reads the raw
 # allocator counters when no step sample is recent, so memory is observed while it
 # happens without steps too (~8 µs a read in a tight loop, ~190 µs of the stepping
@@ -71,8 +75,11 @@ STEP_LOOK_COVERS_INTERVALS = 2.0
 # whether the steps stopped. Each wake takes the GIL from the stepping thread
 # (~0.2% of a launch-bound step at one wake per 50 ms sample, H200); when the steps
 # stop, the watcher's looks resume within this time; a peak in that gap still shows
-# in the allocator's own peak counters (``_peak``).
+# in the allocator's own peak counters (``MemoryRecord.peak``).
 PARKED_WAKE_S = 0.5
+# Samples after warm-up kept for the steady-state judgements (growth, sustained churn)
+# before neighbours merge: one per 50 ms sample is 3.4 minutes of steps at full grain.
+MAX_STEADY_SAMPLES = 4096
 NEW_SEGMENT_SNAPSHOT_MIN_INTERVAL_S = 0.1
 MAX_NEW_SEGMENT_SNAPSHOTS = 64
 # TORCHLINT_MEMORY_HISTORY=1: the allocator records a Python stack per allocation
@@ -119,7 +126,7 @@ def _ensure_observer(source: Any, errors: Optional[InternalErrors] = None) -> bo
 
 def _user_stack() -> List[Frame]:
     try:
-        from .frames import user_stack
+        from ..frames import user_stack
     except ImportError:
         return []
     try:
@@ -128,44 +135,17 @@ def _user_stack() -> List[Frame]:
         return []
 
 
-@dataclass
-class _OomEvent:
-    device: int
-    alloc: int
-    device_total: int
-    device_free: int
-    stats: Optional[AllocatorStats]
-    segments: Optional[List[Dict[str, Any]]]
-    settings: Dict[str, Any]
-    stream: Optional[int]
-    stack: List[Frame]
-    process_used: Optional[int]
-    others_used: Optional[int]
-    step: Optional[int]
-    alloc_conf: Optional[str]
-
-
-@dataclass
-class _SnapshotRecord:
-    reason: str
-    step: Optional[int]
-    metrics: frag.SnapshotMetrics
-    verdict: Optional[frag.FragmentationVerdict]
-    settings: Dict[str, Any]
-    stats: Optional[AllocatorStats]
-
-
 # ------------------------------------------------------------------ the check
 
 
-class MemoryCheck:
+class MemoryCheck(Check):
     """Allocator health for one sanitizer session (the ``memory`` check)."""
 
     name = "memory"
 
     def __init__(
         self,
-        session: Any,
+        session: SessionView,
         *,
         source: Any = None,
         nvml_sampler: Any = None,
@@ -203,9 +183,10 @@ class MemoryCheck:
         self._samples = 0
         self._retry_steps: List[Optional[int]] = []
         self._churn_intervals = 0
-        self._snapshots: List[_SnapshotRecord] = []
+        self._steady_samples: List[Tuple] = []  # (step, reserved, allocated, mallocs, frees) after warm-up
+        self._snapshots: List[SnapshotRecord] = []
         self._last_snapshot_at: Dict[str, float] = {}
-        self._ooms: List[_OomEvent] = []
+        self._ooms: List[OomEvent] = []
         self._pressure = False
         self._on_active_stack = False
         self.errors = InternalErrors("memory")
@@ -247,11 +228,13 @@ class MemoryCheck:
             self._known_segments = set()  # no segment exists before CUDA's first use
             source.on_init(self._attach_observer)
         if self._use_nvml and self._nvml is None:
+            timeline = _timeline.of(self.session)
+            on_sample = timeline.utilization if timeline is not None else None  # judged by phase (phases.py)
             try:
                 if source.is_initialized():
-                    self._nvml = NvmlSampler(source.device, pci_bus_id=source.pci_bus_id())
+                    self._nvml = NvmlSampler(source.device, pci_bus_id=source.pci_bus_id(), on_sample=on_sample)
                 else:
-                    self._nvml = NvmlSampler(_visible_device_index())
+                    self._nvml = NvmlSampler(_visible_device_index(), on_sample=on_sample)
             except Exception as error:
                 self.errors.record("NVML sampler", error)
                 self._nvml = None
@@ -376,12 +359,14 @@ class MemoryCheck:
         previous = self._last_stats or stats
         if self._baseline is None and not getattr(self.session, "in_warmup", False) and not self._stopped:
             self._baseline = (stats, step)
+            self._note_steady(step, stats, stats)
             if self._nvml is not None:
                 self._nvml.mark_measurement_start()
         elif self._baseline is not None:
             grew = (stats.num_device_alloc - previous.num_device_alloc) + (stats.num_device_free - previous.num_device_free)
             if grew > 0:
                 self._churn_intervals += 1
+            self._note_steady(step, stats, previous)
         trigger: Optional[str] = None
         if stats.num_alloc_retries > previous.num_alloc_retries:
             self._retry_steps.append(step)
@@ -404,6 +389,23 @@ class MemoryCheck:
         if trigger is not None and not self._stopped:
             self._maybe_snapshot(trigger, step)
         return stats
+
+    def _note_steady(self, step: Optional[int], stats: AllocatorStats, previous: AllocatorStats) -> None:
+        """One sample after warm-up: what reserved memory and cudaMalloc/cudaFree did since the last one.
+
+        Bounded: past ``MAX_STEADY_SAMPLES``, neighbours merge in pairs (their
+        mallocs and frees added, the later state kept), so a long run keeps its
+        whole span at a coarser grain.
+        """
+        samples = self._steady_samples
+        samples.append((step, stats.reserved, stats.allocated,
+                        stats.num_device_alloc - previous.num_device_alloc,
+                        stats.num_device_free - previous.num_device_free))
+        if len(samples) >= MAX_STEADY_SAMPLES:
+            merged = [(b[0], b[1], max(a[2], b[2]), a[3] + b[3], a[4] + b[4]) for a, b in zip(samples[::2], samples[1::2])]
+            if len(samples) % 2:
+                merged.append(samples[-1])
+            self._steady_samples = merged
 
     def _device_memory(self, stats: AllocatorStats, force: bool = False) -> Tuple[int, int]:
         """The device's (free, total), read again only when it may have moved.
@@ -441,7 +443,7 @@ class MemoryCheck:
 
     def _snapshot(
         self, reason: str, step: Optional[int], *, under_pressure: bool, segments=None, settings=None
-    ) -> Optional[_SnapshotRecord]:
+    ) -> Optional[SnapshotRecord]:
         if segments is None:
             try:
                 segments, settings = self._source.snapshot()
@@ -450,7 +452,7 @@ class MemoryCheck:
                 return None
         metrics = frag.analyze(segments)
         verdict = frag.judge(metrics, under_pressure=under_pressure, thresholds=self.thresholds)
-        record = _SnapshotRecord(reason, step, metrics, verdict, settings or {}, self._last_stats)
+        record = SnapshotRecord(reason, step, metrics, verdict, settings or {}, self._last_stats)
         self._snapshots.append(record)
         timeline = _timeline.of(self.session)
         if timeline is not None:
@@ -573,7 +575,7 @@ class MemoryCheck:
             entries = lookup(address)
             if not entries:
                 return None
-            from .frames import user_frames_of
+            from ..frames import user_frames_of
 
             return [Frame(*entry) for entry in user_frames_of(entries, 8)] or None
         except Exception as error:
@@ -609,7 +611,7 @@ class MemoryCheck:
             if frame is None:
                 return []
             try:
-                from .frames import user_frames_of
+                from ..frames import user_frames_of
 
                 entries = []
                 while frame is not None and len(entries) < 64:
@@ -648,16 +650,16 @@ class MemoryCheck:
             except Exception as error:
                 self.errors.record("OOM observer: NVML", error)
         self._ooms.append(
-            _OomEvent(
+            OomEvent(
                 device=int(device),
                 alloc=int(alloc),
                 device_total=int(device_total),
                 device_free=int(device_free),
                 stats=stats,
-                segments=segments,
+                segments=tuple(segments) if segments is not None else None,
                 settings=settings,
                 stream=stream,
-                stack=_user_stack(),
+                stack=tuple(_user_stack()),
                 process_used=process_used,
                 others_used=others_used,
                 step=self._last_step,
@@ -671,397 +673,63 @@ class MemoryCheck:
                 timeline.memory(stats.allocated, stats.reserved, stats.segments, self._step_now())
             timeline.oom(alloc, top[0].file if top else None, top[0].line if top else None, self._last_step)
 
-    def _oom_verdict(self, event: _OomEvent) -> Tuple[frag.OomVerdict, Optional[frag.SnapshotMetrics]]:
-        metrics = frag.analyze(event.segments) if event.segments is not None else None
-        stats = event.stats or AllocatorStats()
-        conf = event.alloc_conf or (event.settings.get("PYTORCH_CUDA_ALLOC_CONF") or None)
-        expandable = event.settings.get("expandable_segments")
-        verdict = frag.oom_verdict(
-            event.alloc,
-            stats.reserved,
-            stats.allocated,
-            metrics,
-            stream=event.stream,
-            cap=event.device_total,
-            device_free=event.device_free,
-            process_used=event.process_used,
-            other_processes_used=event.others_used,
-            current_conf=conf,
-            expandable=None if expandable is None else bool(expandable),
-        )
-        return verdict, metrics
+    # -------------------------------------------------------------- results
 
-    # -------------------------------------------------------------- findings
-
-    def _test(self) -> Optional[str]:
-        return getattr(self.session, "test_id", None)
-
-    def findings(self) -> List[Finding]:
-        found: List[Finding] = []
-        found.extend(self._oom_findings())
-        found.extend(self._waste_findings())
-        found.extend(self._fragmentation_findings())
-        retry = self._retry_finding()
-        if retry is not None:
-            found.append(retry)
-        churn = self._churn_finding()
-        if churn is not None:
-            found.append(churn)
-        found.extend(self._capacity_findings())
-        test = self._test()
-        for finding in found:
-            if finding.test is None:
-                finding.test = test
-        return found
-
-    def _oom_findings(self) -> List[Finding]:
-        by_key: Dict[Tuple[str, Optional[str], Optional[int]], Finding] = {}
-        for event in list(self._ooms):
-            verdict, metrics = self._oom_verdict(event)
-            top = event.stack[0] if event.stack else None
-            key = (verdict.cause, top.file if top else None, top.line if top else None)
-            if key in by_key:
-                by_key[key].count += 1
-                by_key[key].details["steps"].append(event.step)
-                continue
-            details = verdict.to_json()
-            stats = event.stats or AllocatorStats()
-            details.update(
-                {
-                    "device": event.device,
-                    "stream": event.stream,
-                    "active_bytes": stats.active,
-                    "inactive_split_bytes": stats.inactive_split_bytes,
-                    "slack": round(stats.slack, 4),
-                    "observer_args": {
-                        "device": event.device,
-                        "alloc": event.alloc,
-                        "device_total": event.device_total,
-                        "device_free": event.device_free,
-                    },
-                    "allocator_settings": _compact_settings(event.settings),
-                    "snapshot": metrics.to_json() if metrics is not None else None,
-                    "steps": [event.step],
-                }
-            )
-            if verdict.cause == frag.FRAGMENTATION and not verdict.expandable:
-                details["empty_cache_helps"] = False
-            by_key[key] = Finding(
-                kind=OOM,
-                severity="error",
-                message=verdict.message(),
-                file=top.file if top else None,
-                line=top.line if top else None,
-                function=top.function if top else None,
-                stack=list(event.stack),
-                fix_hint=verdict.fix_hint(),
-                details=details,
-            )
-        return list(by_key.values())
-
-    def _fragmentation_findings(self) -> List[Finding]:
-        worst: Dict[str, _SnapshotRecord] = {}
-        seen: Dict[str, int] = {}
-        for record in self._snapshots:
-            verdict = record.verdict
-            if verdict is None:
-                continue
-            seen[verdict.category] = seen.get(verdict.category, 0) + 1
-            best = worst.get(verdict.category)
-            if best is None or verdict.free_bytes > best.verdict.free_bytes:
-                worst[verdict.category] = record
-        found = []
-        for category, record in worst.items():
-            verdict = record.verdict
-            metrics = record.metrics
-            overall = metrics.overall
-            current_conf = self._source.alloc_conf() if self._source is not None else None
-            suggested, alternatives = frag.suggest_alloc_conf(current_conf, expandable=metrics.expandable, cause=frag.FRAGMENTATION)
-            if category == frag.HARD:
-                hint = f"set PYTORCH_ALLOC_CONF={suggested}" if suggested else "free long-lived tensors together"
-                if not metrics.expandable:
-                    hint += "; allocate long-lived tensors before short-lived ones (empty_cache() cannot merge these gaps)"
-                else:
-                    hint += "; call empty_cache() outside the hot loop to unmap the gaps"
-            elif category == frag.STREAM:
-                hint = "free memory on the stream that allocated it, or synchronize and call empty_cache() between phases"
-            else:
-                hint = "fully free cached segments hold memory: torch.cuda.empty_cache() between phases, or preallocate"
-            stats = record.stats or AllocatorStats()
-            found.append(
-                Finding(
-                    kind=FRAGMENTATION,
-                    severity=verdict.severity,
-                    message=f"{category} fragmentation: {verdict.reason}",
-                    count=seen[category],
-                    fix_hint=hint,
-                    details={
-                        "category": category,
-                        "trigger": record.reason,
-                        "step": record.step,
-                        "reserved_bytes": overall.reserved,
-                        "allocated_bytes": overall.allocated,
-                        "active_bytes": stats.active,
-                        "inactive_split_bytes": stats.inactive_split_bytes,
-                        "slack": round(overall.slack, 4),
-                        "non_releasable": round(stats.inactive_split_bytes / stats.reserved, 4) if stats.reserved else 0.0,
-                        "largest_free_block_bytes": overall.largest_free,
-                        "total_free_bytes": overall.total_free,
-                        "external_fragmentation": round(overall.external_fragmentation, 4),
-                        "asawicki": round(overall.asawicki, 4),
-                        "snapshot": metrics.to_json(),
-                        "allocator_settings": _compact_settings(record.settings),
-                        "suggested_alloc_conf": suggested,
-                        "alternatives": alternatives,
-                    },
-                )
-            )
-        return found
-
-    def _waste_findings(self) -> List[Finding]:
-        """One finding per allocating line that made the allocator map a segment it did not need."""
-        found = []
-        current_conf = self._source.alloc_conf() if self._source is not None else None
-        for event in self._waste.values():
-            waste: frag.NewSegmentWaste = event["waste"]
-            record = event["record"]
-            site: List[Frame] = event["site"]
-            top = site[0] if site else None
-            expandable = bool(record is not None and record.metrics.expandable)
-            suggested, alternatives = frag.suggest_alloc_conf(current_conf, expandable=expandable, cause=frag.FRAGMENTATION)
-            hint = f"set PYTORCH_ALLOC_CONF={suggested}" if suggested else "free long-lived tensors together"
-            hint += "; or allocate long-lived tensors before the short-lived ones around them"
-            stats: AllocatorStats = event["stats"]
-            details: Dict[str, Any] = {
-                "category": frag.HARD,
-                "trigger": "new-segment",
-                "step": event["step"],
-                **waste.to_json(),
-                "reserved_bytes": stats.reserved,
-                "allocated_bytes": stats.allocated,
-                "site_observed": event["seen_by"] if top else None,
-                "suggested_alloc_conf": suggested,
-                "alternatives": alternatives,
-            }
-            if record is not None:
-                details["snapshot"] = record.metrics.to_json()
-                details["allocator_settings"] = _compact_settings(record.settings)
-            found.append(
-                Finding(
-                    kind=FRAGMENTATION,
-                    severity="warning",
-                    message=f"hard fragmentation while it happened: {waste.message()}",
-                    file=top.file if top else None,
-                    line=top.line if top else None,
-                    function=top.function if top else None,
-                    stack=list(site),
-                    count=event["count"],
-                    fix_hint=hint,
-                    details=details,
-                )
-            )
-        return found
-
-    def _worst(self) -> Optional[_SnapshotRecord]:
-        """The most fragmented state seen: the snapshot with the most free memory between live blocks."""
-        best = None
-        for record in self._snapshots:
-            hard = record.metrics.free_by_category[frag.HARD]
-            if hard > 0 and (best is None or hard > best.metrics.free_by_category[frag.HARD]):
-                best = record
-        return best
-
-    def _retry_finding(self) -> Optional[Finding]:
-        start, end = self._start_stats, self._end_stats or self._last_stats
-        if start is None or end is None:
-            return None
-        ooms = end.num_ooms - start.num_ooms
-        # Every OOM is preceded by a retry; those are reported as the OOM.
-        retries = (end.num_alloc_retries - start.num_alloc_retries) - ooms
-        if retries <= 0:
-            return None
-        return Finding(
-            kind=ALLOC_RETRY,
-            severity="warning",
-            message=(
-                f"{retries} allocation retr{'y' if retries == 1 else 'ies'}: cudaMalloc failed, the allocator "
-                f"synchronized all streams, freed its cache and retried"
-            ),
-            count=retries,
-            fix_hint="memory is near the limit or fragmented: set PYTORCH_ALLOC_CONF=expandable_segments:True or lower peak memory",
-            details={
-                "num_alloc_retries": retries,
-                "num_sync_all_streams": end.num_sync_all_streams - start.num_sync_all_streams,
-                "steps": [s for s in self._retry_steps if s is not None][:20],
-                "reserved_bytes": end.reserved,
-                "allocated_bytes": end.allocated,
-            },
-        )
-
-    def measured_steps(self) -> int:
-        if self._baseline is None or self._last_step is None or self._baseline[1] is None:
-            return 0
-        return max(0, self._last_step - self._baseline[1])
-
-    def _churn_finding(self) -> Optional[Finding]:
-        if self._baseline is None:
-            return None
-        end = self._end_stats or self._last_stats
-        base = self._baseline[0]
-        steps = self.measured_steps()
-        if end is None or steps < CHURN_MIN_STEPS:
-            return None
-        mallocs = end.num_device_alloc - base.num_device_alloc
-        frees = end.num_device_free - base.num_device_free
-        if mallocs < CHURN_MIN_EVENTS or frees < CHURN_MIN_EVENTS or (mallocs + frees) / steps < CHURN_MIN_PER_STEP:
-            return None
-        return Finding(
-            kind=ALLOC_CHURN,
-            severity="warning",
-            message=(
-                f"cudaMalloc/cudaFree churn after warm-up: {mallocs} mallocs and {frees} frees over {steps} steps "
-                f"({(mallocs + frees) / steps:.2f} per step); each cudaFree synchronizes the device"
-            ),
-            count=mallocs + frees,
-            fix_hint=(
-                "keep the cache warm: no torch.cuda.empty_cache() in the loop, stable tensor shapes, "
-                "or PYTORCH_ALLOC_CONF=expandable_segments:True"
-            ),
-            details={
-                "num_device_alloc": mallocs,
-                "num_device_free": frees,
-                "steps": steps,
-                "per_step": round((mallocs + frees) / steps, 3),
-                "sampled_intervals_with_growth": self._churn_intervals,
-                "num_alloc_retries": end.num_alloc_retries - base.num_alloc_retries,
-            },
-        )
-
-    def _capacity_findings(self) -> List[Finding]:
-        found: List[Finding] = []
-        nvml_findings = []
+    def observed(self) -> MemoryRecord:
+        """What the check saw so far, frozen: the input of every verdict (``verdicts.py``)."""
+        nvml_findings: List[Finding] = []
         if self._nvml is not None:
             try:
                 nvml_findings = self._nvml.findings()
             except Exception as error:
                 self.errors.record("NVML findings", error)
-                nvml_findings = []
-        found.extend(nvml_findings)
-        has_nvml_capacity = any(f.kind == NEAR_CAPACITY for f in nvml_findings)
-        peak_reserved, exact = self._peak("reserved")
-        if not has_nvml_capacity and self._cap and peak_reserved >= NEAR_CAP_FRACTION * self._cap:
-            found.append(
-                Finding(
-                    kind=NEAR_CAPACITY,
-                    severity="warning",
-                    message=(
-                        f"reserved memory peaked at {peak_reserved / self._cap:.0%} of the "
-                        f"{frag.format_bytes(self._cap)} this process may use"
-                    ),
-                    fix_hint="little headroom left: an input of another shape may OOM; reduce peak memory",
-                    details={
-                        "source": "allocator",
-                        "peak_reserved_bytes": peak_reserved,
-                        "peak_exact": exact,
-                        "cap_bytes": self._cap,
-                        "device_total_bytes": self._device_total,
-                        "threshold_fraction": NEAR_CAP_FRACTION,
-                    },
-                )
-            )
-        return found
+        source = self._source
+        timeline = _timeline.of(self.session)
+        phases = split(timeline.to_json(), self.session.step_count().warmup) if timeline is not None else None
+        waste = tuple(
+            WasteEvent(waste=event["waste"], site=tuple(event["site"]), record=event["record"], stats=event["stats"],
+                       count=event["count"], step=event["step"], seen_by=event["seen_by"])
+            for event in self._waste.values()
+        )
+        return MemoryRecord(
+            inactive_reason=self.inactive_reason or (None if source is not None else "not started"),
+            error=self.error,
+            samples=self._samples,
+            start_stats=self._start_stats,
+            end_stats=self._end_stats or self._last_stats,
+            baseline=self._baseline,
+            last_step=self._last_step,
+            cap=self._cap,
+            device_total=self._device_total,
+            min_device_free=self._min_device_free,
+            observed_peak_reserved=self._max_reserved,
+            observed_peak_allocated=self._max_allocated,
+            retry_steps=tuple(self._retry_steps),
+            churn_intervals=self._churn_intervals,
+            steady_samples=tuple(self._steady_samples),
+            snapshots=tuple(self._snapshots),
+            ooms=tuple(self._ooms),
+            waste=waste,
+            alloc_conf=source.alloc_conf() if source is not None else None,
+            nvml_findings=tuple(nvml_findings),
+            nvml_summary=self._nvml.summary() if self._nvml is not None else None,
+            phases=phases,
+            internal_errors=self.errors.to_json() if self.errors else None,
+            test_id=getattr(self.session, "test_id", None),
+        )
 
-    # -------------------------------------------------------------- summary
-
-    def _peak(self, which: str) -> Tuple[int, bool]:
-        """The session's peak: exact when the allocator's peak rose during it.
-
-        The peak counters are never reset (that would change what the user's
-        own code reads); when they did not rise, the sampled maximum is a
-        lower bound.
-        """
-        start, end = self._start_stats, self._end_stats or self._last_stats
-        sampled = self._max_reserved if which == "reserved" else self._max_allocated
-        if start is None or end is None:
-            return sampled, False
-        start_peak = start.reserved_peak if which == "reserved" else start.allocated_peak
-        end_peak = end.reserved_peak if which == "reserved" else end.allocated_peak
-        if end_peak > start_peak:
-            return end_peak, True
-        return sampled, False
+    def findings(self) -> List[Finding]:
+        return memory_findings(self.observed())
 
     def summary(self) -> Dict[str, Any]:
         """Plain data for the report: peaks, counters over the session, metrics."""
-        if self._source is None or self.inactive_reason is not None:
-            return {"available": False, "reason": self.inactive_reason or "not started"}
-        start, end = self._start_stats, self._end_stats or self._last_stats
-        data: Dict[str, Any] = {"available": True, "samples": self._samples, "snapshots": len(self._snapshots)}
-        if self.error:
-            data["error"] = self.error
-        if start is None or end is None:
-            data["reason"] = "CUDA was never initialized"
-            return data
-        peak_allocated, allocated_exact = self._peak("allocated")
-        peak_reserved, reserved_exact = self._peak("reserved")
-        data.update(
-            {
-                "peak_allocated_bytes": peak_allocated,
-                "peak_reserved_bytes": peak_reserved,
-                "peak_exact": allocated_exact and reserved_exact,
-                "allocated_bytes": end.allocated,
-                "reserved_bytes": end.reserved,
-                "reserved_unallocated_bytes": end.reserved_unallocated,
-                "slack": round(end.slack, 4),
-                "inactive_split_bytes": end.inactive_split_bytes,
-                "inactive_split_blocks": end.inactive_split,
-                "non_releasable": round(end.inactive_split_bytes / end.reserved, 4) if end.reserved else 0.0,
-                "cap_bytes": self._cap,
-                "device_total_bytes": self._device_total,
-                "min_device_free_bytes": self._min_device_free,
-                "num_alloc_retries": end.num_alloc_retries - start.num_alloc_retries,
-                "num_ooms": end.num_ooms - start.num_ooms,
-                "num_sync_all_streams": end.num_sync_all_streams - start.num_sync_all_streams,
-                "num_device_alloc": end.num_device_alloc - start.num_device_alloc,
-                "num_device_free": end.num_device_free - start.num_device_free,
-                "measured_steps": self.measured_steps(),
-            }
-        )
-        # Peaks observed while the program ran (the watcher, steps, the program's end).
-        data["observed_peak_reserved_bytes"] = self._max_reserved
-        data["observed_peak_allocated_bytes"] = self._max_allocated
-        if self._snapshots:
-            last = self._snapshots[-1]
-            data["fragmentation"] = {"trigger": last.reason, "step": last.step, **last.metrics.to_json()}
-        worst = self._worst()
-        if worst is not None:
-            overall = worst.metrics.overall
-            suggested, _ = frag.suggest_alloc_conf(
-                self._source.alloc_conf(), expandable=worst.metrics.expandable, cause=frag.FRAGMENTATION
-            )
-            data["worst_fragmentation"] = {
-                "trigger": worst.reason,
-                "step": worst.step,
-                "reserved_bytes": overall.reserved,
-                "allocated_bytes": overall.allocated,
-                "free_between_live_blocks_bytes": worst.metrics.free_by_category[frag.HARD],
-                "largest_free_block_bytes": overall.largest_free,
-                "external_fragmentation": round(overall.external_fragmentation, 4),
-                "suggested_alloc_conf": suggested,
-            }
-        if self.errors:
-            data["internal_errors"] = self.errors.to_json()
-        if self._nvml is not None:
-            data["nvml"] = self._nvml.summary()
-        return data
+        return memory_summary(self.observed())
+
+    def measured_steps(self) -> int:
+        return self.observed().measured_steps
 
 
 def _visible_device_index() -> int:
     """NVML's index of CUDA device 0, without initializing CUDA."""
     first = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
     return int(first) if first.isdigit() else 0
-
-
-def _compact_settings(settings: Mapping[str, Any]) -> Dict[str, Any]:
-    """The allocator settings worth a report line (roundup tables dropped)."""
-    keep = ("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments", "max_split_size", "garbage_collection_threshold")
-    return {key: settings[key] for key in keep if key in settings}

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
-from .frames import raw_user_stack as _raw_user_stack
-from .frames import user_frames_of
+from ..frames import raw_user_stack as _raw_user_stack
+from ..frames import user_frames_of
 
 DEFAULT_STREAM = 0  # cudaStream_t of the legacy default stream
 SITE_FRAMES = 4  # frames kept per access (cheap); races get 8 for the later access

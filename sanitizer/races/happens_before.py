@@ -1,7 +1,7 @@
 """The happens-before engine behind the race check: plain Python, no torch.
 
 The input is a sequence of small event objects (the dataclasses below) that
-``races.py`` builds from what it sees in torch, and that the CPU tests build by
+``check.py`` builds from what it sees in torch, and that the CPU tests build by
 hand. The engine keeps a vector clock per stream, per recorded event and for
 the host, and an interval map over device addresses that holds, for every byte
 range and every stream, the latest write and the latest read.
@@ -60,7 +60,7 @@ class Access:
     end: int
     is_write: bool
     arg: str = ""
-    # Opaque description of the tensor for reports (races.py puts shape, dtype,
+    # Opaque description of the tensor for reports (check.py puts shape, dtype,
     # storage base and offset here); the engine never looks inside.
     tensor: Any = None
     # The allocation this access belongs to (an AllocInfo, or None if unknown).
@@ -638,7 +638,7 @@ class HappensBefore:
         )
 
     def collective_launch(self, group, stream, work, items: Sequence[tuple], op: str = "", site: Any = None) -> None:
-        """``collective`` with ``launch``-style items (the hot path of races.py)."""
+        """``collective`` with ``launch``-style items (the hot path of check.py)."""
         pseudo = CollectiveStream(group)
         issuing = self._clock(stream)
         note = SyncNote("collective_launch", pseudo, stream, issuing.get(stream, 0), site, index=self._index)

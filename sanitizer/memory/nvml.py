@@ -8,8 +8,11 @@ takes the GIL back from the training thread when it returns, so a sample
 makes few calls: memory and utilization every time, the process list on one
 sample in ``PROCESS_LIST_EVERY``.
 
-Without pynvml, without a GPU or without permission the sampler reports
-"unavailable" with the reason and produces no findings.
+Each utilization sample also goes to ``on_sample`` (the session's timeline),
+so that utilization is judged on the steady-state training steps alone
+(``phases.py``); the sampler's own mean covers the whole measured run and is
+only reported. Without pynvml, without a GPU or without permission the
+sampler reports "unavailable" with the reason and produces no findings.
 """
 from __future__ import annotations
 
@@ -20,15 +23,10 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Deque, Dict, List, Optional
 
-from .findings import LOW_UTILIZATION, NEAR_CAPACITY, Finding
+from ..findings import NEAR_CAPACITY, Finding
 
 DEFAULT_INTERVAL_S = 0.2  # 5 Hz
-LOW_UTILIZATION_PERCENT = 50.0  # the TensorBoard profiler plugin's threshold
 NEAR_CAPACITY_FRACTION = 0.9
-MIN_UTILIZATION_SAMPLES = 10
-# A duty cycle over less than this is no verdict on the program (a 6-line script
-# is mostly CUDA start-up): utilization is reported, never judged, below it.
-MIN_UTILIZATION_SECONDS = 5.0
 # utilization.gpu lags 2-3 samples at 100 ms polling (runtime-hooks §5).
 LAG_SAMPLES = 2
 # The process list is read on one sample in this many (once a second at 5 Hz): it is
@@ -78,6 +76,7 @@ class NvmlSampler:
         nvml: Any = None,
         clock: Callable[[], float] = time.monotonic,
         keep_samples: int = 600,
+        on_sample: Optional[Callable[[Optional[int]], None]] = None,
     ) -> None:
         if not 0.1 <= interval_s <= 0.5:
             raise ValueError("NVML sampling interval must be between 0.1 s and 0.5 s (2-10 Hz)")
@@ -87,6 +86,7 @@ class NvmlSampler:
         self.pid = os.getpid() if pid is None else pid
         self._nvml = nvml
         self._clock = clock
+        self.on_sample = on_sample  # each utilization reading, as it comes (the session's timeline)
         self._handle: Any = None
         self._thread: Optional[threading.Thread] = None
         self._stop = threading.Event()
@@ -222,6 +222,8 @@ class NvmlSampler:
             utilization: Optional[int] = int(nvml.nvmlDeviceGetUtilizationRates(self._handle).gpu)
         except Exception:  # NotSupported on some devices and under MIG
             utilization = None
+        if self.on_sample is not None:
+            self.on_sample(utilization)
         if self.samples % PROCESS_LIST_EVERY == 0:
             self._process_usage = self.process_usage()
         own, others = self._process_usage
@@ -282,48 +284,16 @@ class NvmlSampler:
                 "utilization_max_percent": self._util_max,
             }
 
-    def findings(
-        self,
-        *,
-        low_utilization_percent: float = LOW_UTILIZATION_PERCENT,
-        near_capacity_fraction: float = NEAR_CAPACITY_FRACTION,
-        min_samples: int = MIN_UTILIZATION_SAMPLES,
-        min_seconds: float = MIN_UTILIZATION_SECONDS,
-    ) -> List[Finding]:
+    def findings(self, *, near_capacity_fraction: float = NEAR_CAPACITY_FRACTION) -> List[Finding]:
+        """Device memory near its capacity (a note). Utilization is judged by phase, in the memory verdicts."""
         if self._handle is None:
             return []
-        summary = self.summary()
         found: List[Finding] = []
-        mean = self.mean_utilization
-        judged = self._util_count >= min_samples and summary["duration_s"] >= min_seconds
-        if mean is not None and judged and mean < low_utilization_percent:
-            found.append(
-                Finding(
-                    kind=LOW_UTILIZATION,
-                    severity="warning",
-                    message=(
-                        f"GPU busy only {mean:.0f}% of the time "
-                        f"({self._util_count} NVML samples, {summary['duration_s']:.1f} s): the GPU waits on the host"
-                    ),
-                    fix_hint=(
-                        "feed the GPU faster: DataLoader(num_workers>0, pin_memory=True), larger batches, "
-                        "fewer host syncs, CUDA graphs or torch.compile for launch-bound steps"
-                    ),
-                    details={
-                        "utilization_mean_percent": round(mean, 1),
-                        "utilization_min_percent": self._util_min,
-                        "utilization_max_percent": self._util_max,
-                        "samples": self._util_count,
-                        "threshold_percent": low_utilization_percent,
-                        "note": "NVML utilization.gpu: share of time any kernel ran, device-wide (not SM occupancy)",
-                    },
-                )
-            )
         if self.device_total and self.peak_used >= near_capacity_fraction * self.device_total:
             found.append(
                 Finding(
                     kind=NEAR_CAPACITY,
-                    severity="warning",
+                    severity="info",  # a risk to know of, not a cost the run paid
                     message=(
                         f"device memory peaked at {self.peak_used / self.device_total:.0%} of "
                         f"{_format_mib(self.device_total)} (NVML, all processes)"

@@ -50,23 +50,17 @@ those entry points for a *sampled window* of ``TIMING_WINDOW_STEPS`` steps
 they are removed again, so a hot indexing path pays only inside the window.
 A site that was never timed reports ``stall_ms: null``.
 
-One-off and repeated sites
---------------------------
+Runs
+----
 A *run* of a site is one execution of the user's line that synced: every
 sync inside one call the line makes (``torch.save(model.state_dict())``
 copies each tensor; ``torch.testing.assert_close`` reads several flags) is
 one run, and the line running again in a loop is the next run
 (``frames.sync_site_stack`` names the call). A step boundary ends a run: a
 library call that runs the training loop itself (``trainer.fit()``) makes one
-run per step. A site is *repeated* when it ran
-at least ``min_count`` times (``--gpu-sanitize-min-count``, default
-``DEFAULT_MIN_COUNT``; warm-up runs count, since they are runs of the same
-loop), or when it occurred in every measured step over two or more steps. A
-repeated site is a finding with its rule's code. Any other site is
-*one-off* (a final read, a checkpoint save, an ``assert`` after the loop): it
-stays in the report as ``info`` with no rule code and ``details["repeated"]``
-false, and summaries and ``--gpu-sanitize-fail-on`` leave it out
-(``findings.is_one_off``).
+run per step. Which sites are findings, and how, is ``verdicts.py``'s
+business: this module records, per site, the steps, the stalls and the runs,
+and hands them over frozen (``SiteRecord``).
 
 Allowlist
 ---------
@@ -82,8 +76,6 @@ at its graph boundaries only.
 from __future__ import annotations
 
 import linecache
-import os
-import re
 import threading
 import time
 import warnings
@@ -91,124 +83,29 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from torchlint.noqa import line_suppresses
 
-from . import frames as _frames
-from . import timeline as _timeline
-from .findings import SYNC, Finding, Frame
-from .patching import Patch as _Patch
-from .patching import WarningHook
-from .session import sync_allowed as _sync_allowed
+from .. import frames as _frames
+from .. import timeline as _timeline
+from ..findings import Finding
+from ..patching import PROTOTYPE_WARNING, SYNC_WARNING, WarningHook
+from ..patching import Patch as _Patch
+from ..session import Check, SessionView
+from ..session import sync_allowed as _sync_allowed
+from .kinds import classify, rule_for
+from .verdicts import DEFAULT_MIN_COUNT, SiteRecord, sync_findings
 
-SYNC_WARNING = "called a synchronizing CUDA operation"
-PROTOTYPE_WARNING = "Synchronization debug mode is a prototype feature"
 SYNC_DEBUG_OFF, SYNC_DEBUG_WARN = 0, 1  # torch.cuda.set_sync_debug_mode's "default" and "warn"
-
-# kind -> (static rule, label, fix hint)
-KINDS: Dict[str, Tuple[Optional[str], str, str]] = {
-    "item": ("TL101", ".item() / float(t) / int(t)",
-             "keep the value on the GPU, or batch the reads into one torch.stack(...).cpu() outside the step"),
-    "tolist": ("TL101", ".tolist()", "read back once after the step, or keep the result on the GPU"),
-    "cpu": ("TL101", ".cpu() / .to('cpu')",
-            "copy into pinned memory with non_blocking=True and read after a later sync, or defer the read-back"),
-    "numpy": ("TL101", ".numpy()", "defer the read-back: convert outside the hot loop"),
-    "bool": ("TL101", "implicit bool (if/while/assert on a tensor)",
-             "use torch.where / masking instead of Python control flow on a GPU value"),
-    "format": ("TL101", "print / format of a tensor",
-               "log detached GPU values every N steps, or accumulate and print after the loop"),
-    "nonzero": ("TL103", "nonzero / torch.where(cond) / masked_select",
-                "use the 3-argument torch.where or a mask multiply; pass size= where the API allows"),
-    "mask-index": ("TL103", "boolean-mask indexing",
-                   "use torch.where(mask, x, y) or x * mask instead of x[mask]; x[mask] = scalar does not sync"),
-    "unique": ("TL103", "unique", "pass a known upper bound, or move the unique out of the step"),
-    "synchronize": ("TL102", "explicit synchronize",
-                    "remove it, or replace it with an event record/wait between streams"),
-    "event-sync": ("TL102", "Event.synchronize", "use stream.wait_event(event) to order streams without blocking the host"),
-    "empty-cache": ("TL303", "torch.cuda.empty_cache()",
-                    "do not empty the cache inside the loop; it syncs the device and forces cudaMalloc later"),
-    "pageable-copy": ("TL201", "non_blocking copy from pageable memory",
-                      "pin the host tensor (pin_memory() or DataLoader(pin_memory=True)) so non_blocking=True is asynchronous"),
-    "copy": ("TL201", "blocking host-device copy",
-             "pin the source and pass non_blocking=True, or create the tensor on the device"),
-    "other": (None, "synchronizing CUDA operation", "find the op on this line that reads a GPU value on the host"),
-}
-
-# Runs of a site (executions of its line) that make it a repeated site.
-DEFAULT_MIN_COUNT = 5
 
 # The steps (or, without steps, the events) a lazily armed timing window lasts.
 TIMING_WINDOW_STEPS = 2
 TIMING_WINDOW_EVENTS = 64
 
-# Source-line patterns, in priority order. The first group holds the kinds
-# whose entry points are not wrapped all the time: when a sync arrives through
-# the warning hook with no wrapper running, those are the likely causes.
-_UNWRAPPED_PATTERNS = [
-    ("nonzero", re.compile(r"\b(?:masked_select|argwhere|where)\s*\(")),
-    ("mask-index", re.compile(r"\w[\w\)\]]*\s*\[[^\]]")),
-    ("cpu", re.compile(r"\.to\s*\(\s*(?:device\s*=\s*)?(?:torch\.device\s*\()?['\"]cpu")),
-    ("copy", re.compile(r"\b(?:tensor|as_tensor|from_numpy)\s*\(|\.(?:to|cuda|copy_)\s*\(")),
-]
-_WRAPPED_PATTERNS = [
-    ("event-sync", re.compile(r"event\w*\.synchronize\s*\(", re.IGNORECASE)),
-    ("synchronize", re.compile(r"\bsynchronize\s*\(")),
-    ("empty-cache", re.compile(r"\bempty_cache\s*\(")),
-    ("tolist", re.compile(r"\.tolist\s*\(")),
-    ("numpy", re.compile(r"\.numpy\s*\(")),
-    ("item", re.compile(r"\.item\s*\(")),
-    ("cpu", re.compile(r"\.cpu\s*\(|\.to\s*\(\s*(?:device\s*=\s*)?(?:torch\.device\s*\()?['\"]cpu")),
-    ("unique", re.compile(r"\bunique(?:_consecutive)?\s*\(")),
-    ("nonzero", re.compile(r"\bnonzero\s*\(")),
-    ("format", re.compile(r"\b(?:print|repr|str|format)\s*\(|\bf['\"]|\.format\s*\(|%\s*\(?\w|\blog\w*\.\w+\s*\(")),
-    ("item", re.compile(r"\b(?:float|int)\s*\(")),
-    ("bool", re.compile(r"^\s*(?:if|elif|while|assert)\b|\b(?:and|or|not)\b|\bbool\s*\(|\bif\b.*\belse\b")),
-]
-
-# The torch function on the stack names the cause when the user line cannot.
-_LIBRARY_HINTS = [
-    ("_tensor_str.py", None, "format"),
-    ("_tensor.py", "__format__", "format"),
-    ("_tensor.py", "__repr__", "format"),
-    ("functional.py", "unique", "unique"),
-    ("functional.py", "_return_output", "unique"),
-    ("functional.py", "_consecutive", "unique"),
-    ("grad_scaler.py", None, "item"),
-    ("streams.py", "Event.synchronize", "event-sync"),
-    ("streams.py", "Stream.synchronize", "synchronize"),
-    ("memory.py", "empty_cache", "empty-cache"),
-]
-
-
-def classify(source_line: str, library: Optional[Tuple[str, int, str]] = None, wrapped_ran: bool = False) -> str:
-    """The sync kind of a warning-path sync, from the torch frame and the user's line.
-
-    ``wrapped_ran`` is False when no timed wrapper was running: the entry
-    points with wrappers are then unlikely causes, so the unwrapped kinds are
-    tried first.
-    """
-    if library is not None:
-        base = os.path.basename(library[0])
-        for file_name, function, kind in _LIBRARY_HINTS:
-            if base == file_name and (function is None or library[2].endswith(function)):
-                return kind
-    code = _strip_comment(source_line)
-    groups = (_WRAPPED_PATTERNS,) if wrapped_ran else (_UNWRAPPED_PATTERNS, _WRAPPED_PATTERNS)
-    for group in groups:
-        for kind, pattern in group:
-            if pattern.search(code):
-                return kind
-    return "other"
-
-
-def _strip_comment(line: str) -> str:
-    # Good enough for classification: a '#' inside a string is rare on a sync line.
-    index = line.find("#")
-    return line if index < 0 else line[:index]
-
 
 class _Site:
     __slots__ = ("key", "kind", "api", "stack", "library", "steps", "stall", "timed",
-                 "silenced", "silenced_count", "tensor", "in_test", "runs", "callee")
+                 "silenced", "silenced_count", "tensor", "in_test", "runs", "callee",
+                 "run_steps", "no_grad_runs", "compiler", "pinned")
 
-    def __init__(self, key, kind, api, stack, library, silenced, in_test):
+    def __init__(self, key, kind, api, stack, library, silenced, in_test, compiler=False):
         self.key = key
         self.kind = kind
         self.api = api
@@ -222,12 +119,34 @@ class _Site:
         self.tensor: Optional[Dict[str, Any]] = None
         self.in_test = in_test
         self.runs = 0  # executions of the line that synced, warm-up included
+        self.run_steps: Dict[int, int] = {}  # step -> runs that began in it
+        self.no_grad_runs = 0  # runs made with autograd off (evaluation, inference)
+        self.compiler = compiler  # torch.compile's own work (Dynamo, Inductor, Triton autotuning) made it
+        self.pinned: set = set()  # a host-to-device copy's source as seen: True pinned, False pageable
         self.callee = None  # the frame of the call the latest run made (see frames.sync_site_stack)
+
+    @property
+    def rule(self) -> Optional[str]:
+        return rule_for(self.kind, self.pinned)
 
 
 class _ThreadState(threading.local):
     depth = 0
     hits = 0
+
+
+def _pinned_host(source: Any) -> Optional[bool]:
+    """Whether a copy's host source is pinned; None when it is not a host tensor or cannot be told.
+
+    Asked only for a copy that already synced (the recording path), so the
+    driver query behind ``is_pinned()`` costs nothing on the hot path.
+    """
+    try:
+        if source.device.type != "cpu":
+            return None
+        return bool(source.is_pinned())
+    except Exception:
+        return None
 
 
 def _describe_tensor(value: Any) -> Optional[Dict[str, Any]]:
@@ -237,13 +156,13 @@ def _describe_tensor(value: Any) -> Optional[Dict[str, Any]]:
         return None
 
 
-class SyncCheck:
+class SyncCheck(Check):
     """Host-device synchronizations per user site, with counts, steps and stall time."""
 
     name = "sync"
     stack_limit = 8
 
-    def __init__(self, session: Any) -> None:
+    def __init__(self, session: SessionView) -> None:
         self.session = session
         self._sites: Dict[Tuple[str, int, str], _Site] = {}
         self._lock = threading.Lock()
@@ -263,6 +182,7 @@ class SyncCheck:
         self._quieted = False  # the mode is off now, for the calls in flight
         self._set_debug_mode: Optional[Callable[[int], None]] = None
         self._plain_tensor_types: Tuple[type, ...] = ()
+        self._grad_enabled: Callable[[], bool] = lambda: True  # torch.is_grad_enabled once started
         self._torch = None
         self.allowed_count = 0
         self.internal_count = 0
@@ -274,6 +194,7 @@ class SyncCheck:
 
         self._torch = torch
         self._plain_tensor_types = (torch.Tensor, torch.nn.Parameter)
+        self._grad_enabled = torch.is_grad_enabled
         self._install_warning_hook()
         try:
             self._install_wrappers(torch)
@@ -450,12 +371,16 @@ class SyncCheck:
                     on_cpu = getattr(result, "device", None) is not None and result.device.type == "cpu"
                     if destination_first:  # copy_: the destination is self
                         on_cpu = self_tensor.device.type == "cpu"
-                    check._record("cpu" if on_cpu else "copy", api, elapsed, self_tensor, skip=1)
+                    if on_cpu:
+                        check._record("cpu", api, elapsed, self_tensor, skip=1)
+                    else:
+                        source = args[0] if destination_first and args else self_tensor
+                        check._record("copy", api, elapsed, self_tensor, skip=1, pinned=_pinned_host(source))
                 elif non_blocking:
                     source = args[0] if destination_first and args else self_tensor
                     destination = self_tensor if destination_first else result
                     if check._is_pageable_h2d(source, destination):
-                        check._record("pageable-copy", api, elapsed, source, skip=1)
+                        check._record("pageable-copy", api, elapsed, source, skip=1, pinned=False)
                 return result
 
             wrapper.__wrapped__ = original
@@ -467,6 +392,7 @@ class SyncCheck:
 
     @staticmethod
     def _is_pageable_h2d(source: Any, destination: Any) -> bool:
+        """A non_blocking copy that blocks anyway: host to device from memory that is not pinned."""
         try:
             return (
                 source.device.type == "cpu"
@@ -563,15 +489,16 @@ class SyncCheck:
             self._line_cache[key] = text
         return text
 
-    def _record(self, kind: Optional[str], api: Optional[str], stall: Optional[float], tensor: Any, skip: int) -> None:
+    def _record(self, kind: Optional[str], api: Optional[str], stall: Optional[float], tensor: Any, skip: int,
+                pinned: Optional[bool] = None) -> None:
         began = time.perf_counter()
-        self._record_site(kind, api, stall, tensor, skip + 1, began)
+        self._record_site(kind, api, stall, tensor, skip + 1, began, pinned)
         timeline = _timeline.of(self.session)
         if timeline is not None:
             timeline.overhead("sync", time.perf_counter() - began)
 
     def _record_site(self, kind: Optional[str], api: Optional[str], stall: Optional[float], tensor: Any,
-                     skip: int, began: float) -> None:
+                     skip: int, began: float, pinned: Optional[bool] = None) -> None:
         if _sync_allowed():
             self.allowed_count += 1
             return
@@ -589,7 +516,7 @@ class SyncCheck:
             if kind is not None:
                 site = self._sites.get((top[0], top[1], kind))
         if site is None:
-            site, kind = self._new_site(kind, api, tensor, skip + 1)
+            site, kind = self._new_site(kind, api, tensor, skip + 1, pinned)
             if site is None:
                 return
         step = self.session.step_index
@@ -598,12 +525,17 @@ class SyncCheck:
                 site.silenced_count += 1
                 return
             site.steps[step] = site.steps.get(step, 0) + 1
+            if pinned is not None:
+                site.pinned.add(pinned)
             if callee is None or callee is not site.callee:
                 site.runs += 1
+                site.run_steps[step] = site.run_steps.get(step, 0) + 1
+                if not self._grad_enabled():
+                    site.no_grad_runs += 1
                 site.callee = callee
             timeline = _timeline.of(self.session)
             if timeline is not None:
-                timeline.sync(kind, site.key[0], site.key[1], stall, KINDS[kind][0], step, ended_at=began)
+                timeline.sync(kind, site.key[0], site.key[1], stall, site.rule, step, ended_at=began)
             if stall is not None:
                 site.stall[step] = site.stall.get(step, 0.0) + stall
                 site.timed[step] = site.timed.get(step, 0) + 1
@@ -612,7 +544,8 @@ class SyncCheck:
                     if self.session.step_index == 0 and self._window_events[kind] >= TIMING_WINDOW_EVENTS:
                         self._disarm_window(kind)
 
-    def _new_site(self, kind: Optional[str], api: Optional[str], tensor: Any, skip: int):
+    def _new_site(self, kind: Optional[str], api: Optional[str], tensor: Any, skip: int,
+                  pinned: Optional[bool] = None):
         """The first sync of a site (or of an unclassified line): the full stack, the kind, the site.
 
         A given kind comes as ``_record_site`` read it from the user's line
@@ -623,6 +556,7 @@ class SyncCheck:
         if internal:
             self.internal_count += 1
             return None, kind
+        compiler = _frames.through_compiler(skip=skip + 1)
         top = user[0] if user else (library or ("<unknown>", 0, "<unknown>"))
         if kind is None:
             library_key = library[2] if library else None
@@ -637,10 +571,10 @@ class SyncCheck:
         with self._lock:
             site = self._sites.get(key)
             if site is None:
-                rule = KINDS[kind][0]
+                rule = rule_for(kind, None if pinned is None else {pinned})
                 silenced = bool(user) and line_suppresses(self._source(top[0], top[1]), rule)
                 in_test = bool(user) and _frames.is_test_file(top[0])
-                site = _Site(key, kind, api, user or [top], library, silenced, in_test)
+                site = _Site(key, kind, api, user or [top], library, silenced, in_test, compiler)
                 if tensor is not None:
                     site.tensor = _describe_tensor(tensor)
                 self._sites[key] = site
@@ -657,70 +591,10 @@ class SyncCheck:
     def findings(self) -> List[Finding]:
         session = self.session
         min_count = getattr(session, "sync_min_count", None) or DEFAULT_MIN_COUNT  # a test double may lack it
-        completed = session.step_index
-        stepped = completed > 0
-        measured_steps = session.measured_steps()
-        warmup = session.effective_warmup()
-        required = set(range(warmup, completed))
-        results: List[Finding] = []
         with self._lock:
-            sites = list(self._sites.values())
-        for site in sites:
-            if site.silenced:
-                continue
-            measured = {step: n for step, n in site.steps.items() if session.is_measured(step)}
-            count = sum(measured.values())
-            if count == 0:
-                continue
-            warmup_count = sum(site.steps.values()) - count
-            stall_s = sum(v for step, v in site.stall.items() if session.is_measured(step))
-            timed = sum(v for step, v in site.timed.items() if session.is_measured(step))
-            steps_seen = sorted(measured)
-            every_step = bool(required) and required.issubset(measured) if stepped else None
-            repeated = site.runs >= min_count or bool(every_step and len(site.steps) >= 2)
-            rule, label, hint = KINDS[site.kind]
-            per_step = count / measured_steps
-            file, line, function = site.stack[0]
-            details: Dict[str, Any] = {
-                "sync_kind": site.kind,
-                "api": site.api,
-                "per_step": round(per_step, 3),
-                "steps": steps_seen[:100],
-                "steps_truncated": len(steps_seen) > 100,
-                "every_step": every_step,
-                "warmup_count": warmup_count,
-                "stall_ms": round(stall_s * 1000.0, 3) if timed else None,
-                "timed_calls": timed,
-                "via": f"{_frames.short_path(site.library[0])}:{site.library[1]} {site.library[2]}" if site.library else None,
-                "in_test": site.in_test,
-                "user_frame": bool(site.stack) and site.stack[0] is not None and _frames.is_user_file(file),
-                "runs": site.runs,
-                "repeated": repeated,
-            }
-            if site.tensor is not None:
-                details["tensor"] = site.tensor
-            severity = "warning" if (every_step or (details["stall_ms"] or 0.0) >= 1.0) and not site.in_test else "info"
-            where = "every measured step" if every_step else (
-                f"{len(steps_seen)} of {measured_steps} measured steps" if stepped else "outside any training step")
-            message = f"{label} blocks the host until the GPU catches up ({count}x, {where})"
-            if not repeated:
-                severity, rule = "info", None
-                message = (f"one-off sync: {label} ran {site.runs}x "
-                           f"(a repeated site runs at least {min_count}x, or every step)")
-            results.append(Finding(
-                kind=SYNC,
-                severity=severity,
-                message=message,
-                file=file,
-                line=line,
-                function=function,
-                stack=[Frame(f, l, fn) for f, l, fn in site.stack],
-                count=count,
-                rule=rule,
-                fix_hint=hint,
-                details=details,
-                test=session.test_id,
-            ))
-        results.sort(key=lambda f: (-(f.details["stall_ms"] or 0.0), -f.count, f.file or "", f.line or 0))
-        return results
-
+            sites = [SiteRecord(kind=s.kind, api=s.api, stack=tuple(s.stack), library=s.library,
+                                steps=dict(s.steps), stall=dict(s.stall), timed=dict(s.timed), runs=s.runs,
+                                in_test=s.in_test, tensor=s.tensor, run_steps=dict(s.run_steps),
+                                no_grad_runs=s.no_grad_runs, compiler=s.compiler, pinned=frozenset(s.pinned))
+                     for s in self._sites.values() if not s.silenced]
+        return sync_findings(sites, session.step_count(), min_count, session.test_id)

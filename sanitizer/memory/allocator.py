@@ -3,7 +3,7 @@
 ``AllocatorStats`` holds the counters the check reads from one stats call;
 ``TorchAllocatorSource`` is the only code of the memory check that calls
 torch (the CPU tests give ``MemoryCheck`` a fake source with the same
-methods). Cost model in ``memory.py``'s docstring.
+methods). Cost model in ``check.py``'s docstring.
 """
 from __future__ import annotations
 

@@ -2,11 +2,13 @@
 
 ``RaceCheck`` (this module: its lifecycle, activation, the native tap's
 messages and the fallback's per-op analysis) feeds the happens-before engine
-(``happens_before.py``) from torch and turns its races into findings. The rest
-of the check: ``race_ops.py`` classifies an op's accesses (the Python twin of
-``race_tap.cpp``), ``race_hooks.py`` holds every hook it installs,
-``race_prehistory.py`` what it records before activation, and
-``race_report.py`` the report text. How it sees the program:
+(``happens_before.py``) from torch and turns its races into findings. It is
+the ``RaceSink`` of its hooks (``hooks.py``, every hook it installs in torch,
+each telling the sink what the program did). The rest of the check:
+``ops.py`` classifies an op's accesses (the Python twin of ``race_tap.cpp``),
+``prehistory.py`` what it records before activation, and ``report.py`` the
+findings, a pure function of a race and the names seen. How it sees the
+program:
 
 * **Accesses**: every ATen op's CUDA tensor arguments are classified from the
   op's schema: ``Tensor(a!)`` arguments are writes, other tensors reads, fresh
@@ -16,11 +18,11 @@ of the check: ``race_ops.py`` classifies an op's accesses (the Python twin of
   strides from the storage offset), never by ``data_ptr`` alone. The native
   tap (``race_tap.cpp``, a RecordFunction callback) does this in C++ and hands
   the engine only what can race (``_on_tap``); where it cannot be built, a
-  ``TorchDispatchMode`` does it in Python (``_on_op``), with the same results.
+  ``TorchDispatchMode`` does it in Python (``on_op``), with the same results.
 * **Sites**: each analysed op's user stack is captured cheaply and turned
   into lines only if a report reads it: the native tap keeps the user's frames
   as code objects and instruction offsets (``user_site`` in ``race_tap.cpp``);
-  the Python side uses ``gather_traceback`` (``race_ops.Site``). Ops that touch
+  the Python side uses ``gather_traceback`` (``ops.Site``). Ops that touch
   no device memory capture nothing.
 * **Kernels that bypass the dispatcher**: Triton's ``JITFunction.run`` is
   wrapped, every CUDA tensor argument counted as read and write on the
@@ -52,7 +54,7 @@ tap (or the dispatch mode) and gpu_trace are switched on at the first sign of a 
 stream, a collective or a graph capture ("activation"). Until then a
 single-stream program pays nothing per op. What must be known about the
 default stream's earlier work is decided at activation from the program's
-order alone (``race_prehistory.py``): every live block of the caching
+order alone (``prehistory.py``): every live block of the caching
 allocator that no host sync seen before activation covers is treated as
 written by unfinished work, so a new stream that touches it without waiting
 is reported, on a fast GPU or a slow one.
@@ -66,21 +68,23 @@ Dynamo compiled frames while the check was on.
 from __future__ import annotations
 
 import sys
-import threading
 import warnings
 from typing import Any, Dict, Hashable, List, Optional, Tuple
 
 from time import perf_counter as _perf_counter
 
-from . import native_tap, race_hooks, race_ops
-from . import timeline as _timeline
-from .findings import Finding
-from .frames import site_origin as _site_origin
+from .. import timeline as _timeline
+from ..findings import Finding
+from ..frames import forwards_user_call
+from ..frames import site_origin as _site_origin
+from ..internal_errors import InternalErrors
+from ..session import Check, SessionView
+from . import hooks as race_hooks
+from . import native_tap
+from . import ops as race_ops
 from .happens_before import AllocInfo, HappensBefore, Race
-from .internal_errors import InternalErrors
-from .patching import Patcher
-from .race_hooks import _LOCAL, TorchHooks
-from .race_ops import (
+from .hooks import _LOCAL, RaceHooks, RaceSink
+from .ops import (
     DEFAULT_STREAM,
     NO_USER_FRAME,
     NO_WRITE_OUTPUT,
@@ -89,8 +93,8 @@ from .race_ops import (
     capture_long_site,
     capture_site,
 )
-from .race_prehistory import HostSyncLedger, live_blocks
-from .race_report import _is_stream, _scope_items, _user_frame, build_finding
+from .prehistory import HostSyncLedger, live_blocks
+from .report import _is_stream, _scope_items, _user_frame, build_finding
 
 # Local records the tap may hold before history every stream is ordered after is dropped.
 _TAP_PRUNE_AT = 200_000
@@ -98,19 +102,16 @@ _Tensor = None  # torch.Tensor, bound at start() (torch is imported lazily)
 _Parameter = None  # torch.nn.Parameter: optimizer ops take lists of them
 
 
-class RaceCheck(TorchHooks):
+class RaceCheck(Check, RaceSink):
     """Cross-stream race detection; the ``race`` check of a sanitizer session."""
 
     name = "race"
 
-    def __init__(self, session=None):
+    def __init__(self, session: Optional[SessionView] = None):
         self.session = session
         self._engine: Optional[HappensBefore] = None
         self._started = False
-        self._patcher = Patcher()
-        self._mode = None
-        self._mode_thread = None
-        self._plans: Dict[Any, tuple] = {}
+        self._hooks = RaceHooks(self)
         self._allocs: Dict[int, Any] = {}  # storage base -> AllocInfo (live, as seen here)
         self._works: Dict[int, Tuple[int, Any]] = {}
         self._next_work = 0
@@ -122,7 +123,6 @@ class RaceCheck(TorchHooks):
         self._activation_reason: Optional[str] = None
         self._device_filter = "cuda"  # tests set "cpu" (and _want_cuda False) to run on CPU tensors
         self._want_cuda = True
-        self._triton_wrapped = False
         self._current_stream = None
         self._dynamo_frames_at_start = 0
         self.notes: List[str] = []
@@ -138,15 +138,11 @@ class RaceCheck(TorchHooks):
         self._tap_stats: Dict[str, Any] = {}  # the tap's counters, kept at stop()
         self._last_prune_floor: Optional[Dict[int, int]] = None  # the floor the tap was last pruned to
         self._records_left_by_prune = 0  # local records that prune could not drop
-        self._trace_filter = None  # the tap, while its gpu_trace filter is installed
-        self._gpu_trace_route: Optional[str] = None  # what reaches the check through gpu_trace
         self._interception: Optional[str] = None  # "native tap" or "dispatch mode", once active
-        # Host syncs before activation, with the blocks live at each (race_prehistory.py).
+        # Host syncs before activation, with the blocks live at each (prehistory.py).
         self._ledger = HostSyncLedger()
         self._native_ledger = None  # the tap, while its gpu_trace filter keeps that ledger in C++
         self._memory_snapshot = None  # torch.cuda.memory_snapshot on CUDA; tests give a fake one
-        self._previous_sync_mode: Optional[int] = None
-        self._sync_warnings = None  # the implicit-sync warning hook (race_hooks.py), before activation
 
     # -- protocol -----------------------------------------------------------
 
@@ -164,22 +160,22 @@ class RaceCheck(TorchHooks):
         race_hooks.set_active(self)
         self._current_stream = self._raw_stream_getter(torch)
         self._dynamo_frames_at_start = self._dynamo_frames()
-        self._install_triggers(torch)
+        self._hooks.install(torch)
         if self._want_cuda and torch.cuda.is_available():
             tap = self._prebuild_tap()
             self._memory_snapshot = torch.cuda.memory_snapshot
             try:
-                if self._install_sync_ledger(tap):
+                if self._hooks.install_sync_ledger(tap):
                     self._native_ledger = tap
             except Exception as error:
-                self._internal_error("native sync ledger", error)
+                self.internal_error("native sync ledger", error)
             if self._native_ledger is None:
-                self._watch_implicit_syncs(torch)
+                self._hooks.watch_implicit_syncs(torch)
             if torch.cuda.is_initialized():
                 # Work issued before the check existed is finished when its
                 # history begins: one device sync per session, not a guess.
                 torch._C._cuda_synchronize()
-                self._host_synced()  # the race check's start
+                self.host_synced()  # the race check's start
             else:
                 # Nothing was issued yet: the start orders what follows as a
                 # sync would, and counts as one (the same report either way).
@@ -190,12 +186,9 @@ class RaceCheck(TorchHooks):
             return
         self._started = False
         race_hooks.clear_active(self)
-        self._remove_mode()
+        self._hooks.remove_dispatch_mode()
         self._remove_tap()
-        self._remove_trace_filter()
-        self._unwatch_implicit_syncs()
-        self._patcher.restore_all()
-        self._triton_wrapped = False
+        self._hooks.restore()
         frames = self._dynamo_frames() - self._dynamo_frames_at_start
         if frames > 0 and self._engine is not None:
             if self._interception == "native tap":
@@ -232,8 +225,8 @@ class RaceCheck(TorchHooks):
             "activation_reason": self._activation_reason,
             "interception": self._interception,
         }
-        if self._gpu_trace_route:
-            data["gpu_trace"] = self._gpu_trace_route
+        if self._hooks.gpu_trace_route:
+            data["gpu_trace"] = self._hooks.gpu_trace_route
         if self._tap_unavailable:
             data["native_tap_unavailable"] = self._tap_unavailable
         stats = dict(self._tap.stats()) if self._tap is not None else dict(self._tap_stats)
@@ -265,7 +258,7 @@ class RaceCheck(TorchHooks):
             return lambda: raw(torch.cuda.current_device())
         return lambda: torch.cuda.current_stream().cuda_stream
 
-    def _activate(self, reason: str) -> None:
+    def activate(self, reason: str) -> None:
         """Switch the per-op analysis on (once per check)."""
         if self._engine is not None or not self._started:
             return
@@ -277,10 +270,9 @@ class RaceCheck(TorchHooks):
         engine.on_race = self._on_race
         self._engine = engine
         if self._device_filter == "cuda":
-            self._register_trace(torch, tap)
+            self._hooks.register_trace(torch, tap)
         self._seed_unfinished(unfinished)
-        if not self._triton_wrapped:
-            self._install_triton_wrapper()
+        self._hooks.install_triton_wrapper()
         if tap is not None:
             self._tap = tap
             self._interception = "native tap"
@@ -289,10 +281,7 @@ class RaceCheck(TorchHooks):
             tap.enable(self._on_tap, site_origin, self._device_filter != "cuda", race_ops.SITE_FRAMES)
             return
         self._interception = "dispatch mode"
-        mode_class = race_hooks.make_dispatch_mode()
-        self._mode = mode_class()
-        self._mode.__enter__()
-        self._mode_thread = threading.get_ident()
+        self._hooks.enter_dispatch_mode()
 
     # -- the native tap ---------------------------------------------------------
 
@@ -316,7 +305,7 @@ class RaceCheck(TorchHooks):
         except native_tap.TapUnavailable:
             pass  # said once, at activation, if the analysis ever switches on
         except Exception as error:
-            self._internal_error("native tap build", error)
+            self.internal_error("native tap build", error)
         return None
 
     def _remove_tap(self) -> None:
@@ -328,18 +317,18 @@ class RaceCheck(TorchHooks):
             self._tap_stats = dict(tap.stats())
             tap.disable()
         except Exception as error:
-            self._internal_error("native tap removal", error)
+            self.internal_error("native tap removal", error)
         errors = self._tap_stats.get("internal_errors", 0) + self._tap_stats.get("callback_errors", 0)
         if errors:
             first = str(self._tap_stats.get("first_error", "")).splitlines()[:1]
-            self._internal_error("native tap", RuntimeError(f"{errors} op(s) not recorded; {' '.join(first)}"))
+            self.internal_error("native tap", RuntimeError(f"{errors} op(s) not recorded; {' '.join(first)}"))
 
     def _sync_tap(self) -> None:
         """Every stream's clock learns the launches the tap kept to itself.
 
         Needed before the engine publishes a stream's clock: an event record,
         a wait on a stream, a host sync, a collective launch (all reach the
-        engine through gpu_trace's callbacks or ``_collective``). A launch sets
+        engine through gpu_trace's callbacks or ``collective``). A launch sets
         its own stream's entry, so other engine inputs need nothing.
         """
         tap = self._tap
@@ -393,7 +382,7 @@ class RaceCheck(TorchHooks):
             if not self._collective_internal(key, getattr(_LOCAL, "collective", 0)):
                 self._engine.record_stream(alloc.start, key, capture_site())
         except Exception as error:  # never break the user's program
-            self._internal_error("native tap", error)
+            self.internal_error("native tap", error)
 
     def _collective_internal(self, stream: Hashable, inside_collective: int) -> bool:
         """Whether a launch belongs to a collective's own implementation, which the check models already.
@@ -452,17 +441,19 @@ class RaceCheck(TorchHooks):
         self._tap_gens[base] = (number, info)
         return info
 
-    # -- what happened before activation (race_prehistory.py) ------------------
+    # -- what happened before activation (prehistory.py) ----------------------
 
     def _live(self):
         """The caching allocator's live blocks now, or None (recorded as an internal error)."""
+        if self._memory_snapshot is None:
+            return None  # no CUDA: no allocator to ask, and nothing issued to order
         try:
             return live_blocks(self._memory_snapshot())
         except Exception as error:
-            self._internal_error("memory_snapshot", error)
+            self.internal_error("memory_snapshot", error)
             return None
 
-    def _host_synced(self) -> None:
+    def host_synced(self) -> None:
         """A host sync before activation: every block live now is finished from here on."""
         if self._engine is not None or not self._started:
             return  # once active, gpu_trace hands syncs to the engine
@@ -506,25 +497,9 @@ class RaceCheck(TorchHooks):
                 (("<before the race check switched on>", 0, "?"),),
             )
 
-    def _remove_mode(self) -> None:
-        mode = self._mode
-        if mode is None:
-            return
-        self._mode = None
-        mode.enabled = False
-        if self._mode_thread != threading.get_ident():
-            return  # pushed on another thread's stack: it stays, switched off
-        try:
-            from torch.utils._python_dispatch import _get_current_dispatch_mode
-
-            if _get_current_dispatch_mode() is mode:
-                mode.__exit__(None, None, None)
-        except Exception as error:
-            self._internal_error("dispatch mode removal", error)
-
     # -- per-op analysis (only once active) ------------------------------------
 
-    def _on_op(self, plan: tuple, args, kwargs, out) -> None:
+    def on_op(self, plan: tuple, args, kwargs, out) -> None:
         """One analysed op; ``plan`` is ``_plan(func)`` (plus func, which keeps the cache key alive)."""
         kind, inputs, output_write, name, is_c10d, _ = plan
         if is_c10d and getattr(_LOCAL, "collective", 0):
@@ -649,7 +624,7 @@ class RaceCheck(TorchHooks):
             self._new_alloc(tensor, base)
         self._engine.record_stream(base, key, capture_site())
 
-    def _wait_stream(self, waiter, waitee) -> None:
+    def wait_stream(self, waiter, waitee) -> None:
         """``waiter.wait_stream(waitee)``, told to the engine once the tap's launches are in it."""
         engine = self._engine
         if engine is None:
@@ -658,7 +633,7 @@ class RaceCheck(TorchHooks):
             self._sync_tap()
             engine.wait_stream(self._stream_key(waiter), self._stream_key(waitee), capture_long_site())
         except Exception as error:  # never break the user's program
-            self._internal_error("wait_stream", error)
+            self.internal_error("wait_stream", error)
 
     def _stream_key(self, stream) -> Hashable:
         raw = getattr(stream, "cuda_stream", None)
@@ -679,7 +654,7 @@ class RaceCheck(TorchHooks):
         finally:
             _LOCAL.own_stream = False
 
-    def _triton_launch(self, jit_function, args, kwargs) -> None:
+    def triton_launch(self, jit_function, args, kwargs) -> None:
         items = []
         values = list(args) + [v for k, v in kwargs.items() if k not in ("grid", "warmup")]
         names = getattr(jit_function, "arg_names", None) or []
@@ -692,9 +667,10 @@ class RaceCheck(TorchHooks):
             name = getattr(getattr(jit_function, "fn", None), "__name__", "kernel")
             self._engine.launch(self._current_stream(), items, f"triton:{name}", capture_site())
 
-    def _collective(self, name, tensors_written, tensors_read, group, async_op, call):
-        """Run a collective call, modelling it on the group's pseudo-stream."""
-        self._activate("a collective was issued")
+    @forwards_user_call
+    def collective(self, name, tensors_written, tensors_read, group, async_op, call):
+        """Run a collective call, modelling it on the group's pseudo-stream (a sync inside ``call`` is the user's)."""
+        self.activate("a collective was issued")
         engine = self._engine
         items = []
         for tensor in tensors_read:
@@ -728,9 +704,101 @@ class RaceCheck(TorchHooks):
             self._works[id(work)] = (token, work)
         return work
 
+    # -- what the hooks tell the check (the rest of RaceSink) ---------------------
+
+    def stream_created(self, stream) -> None:
+        self._user_streams.add(getattr(stream, "cuda_stream", None))
+        self.activate("a CUDA stream was created")
+
+    def graph_capture_begin(self, graph) -> None:
+        self.activate("a CUDA graph capture began")
+        self._engine.capture_begin(id(graph), self._current_stream(), capture_long_site())
+
+    def graph_capture_end(self, graph) -> None:
+        if self._engine is not None:
+            self._engine.capture_end(id(graph))
+
+    def graph_replay(self, graph) -> None:
+        if self._engine is not None:
+            self._engine.graph_replay(id(graph), self._current_stream(), capture_long_site())
+
+    def work_waited(self, work) -> None:
+        if self._engine is None:
+            return
+        entry = self._works.pop(id(work), None)
+        if entry is not None:
+            self._engine.work_wait(entry[0], self._current_stream(), capture_long_site())
+
+    def sync_check_running(self) -> bool:
+        session = self.session
+        return session is not None and session.has_check("sync")
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
+
+    def _engine_synced(self) -> Optional[HappensBefore]:
+        """The engine once the tap's launches are in it (gpu_trace's events follow them); None before activation."""
+        engine = self._engine
+        if engine is not None and self._tap is not None:
+            try:
+                self._sync_tap()
+            except Exception as error:
+                self.internal_error("native tap sync", error)
+        return engine
+
+    def _to_engine(self, what: str, forward) -> None:
+        """Hand one gpu_trace event to the engine; a failure is the check's internal error, never the program's."""
+        engine = self._engine_synced()
+        if engine is None:
+            return
+        try:
+            forward(engine)
+        except Exception as error:
+            self.internal_error(what, error)
+
+    def trace_event_record(self, event, stream) -> None:
+        self._to_engine("event_record", lambda engine: engine.event_record(event, stream, capture_long_site()))
+
+    def trace_event_wait(self, event, stream) -> None:
+        self._to_engine("event_wait", lambda engine: engine.event_wait(event, stream, capture_long_site()))
+
+    def trace_event_sync(self, event) -> None:
+        self._to_engine("event_sync", lambda engine: engine.event_sync(event, capture_long_site()))
+
+    def trace_stream_sync(self, stream) -> None:
+        self._to_engine("stream_sync", lambda engine: engine.stream_sync(stream, capture_long_site()))
+
+    def trace_device_sync(self) -> None:
+        self._to_engine("device_sync", lambda engine: engine.device_sync(capture_long_site()))
+
+    def trace_free(self, pointer) -> None:
+        # Fires for every block the caching allocator frees: kept to a few lookups
+        # for blocks the check never saw.
+        engine = self._engine
+        if engine is None:
+            return
+        try:
+            if self._allocs.pop(pointer, None) is not None or engine.has_pledge(pointer):
+                engine.free(pointer)
+        except Exception as error:
+            self.internal_error("free", error)
+
+    def trace_stream_created(self, stream) -> None:
+        try:
+            self.activate("a CUDA stream was created")
+            if self._engine is not None:
+                self._engine.stream_created(stream)
+        except Exception as error:
+            self.internal_error("stream_creation", error)
+
+    def trace_event_deleted(self, event) -> None:
+        engine = self._engine_synced()
+        if engine is not None:
+            engine.forget_event(event)
+
     # -- naming and reports -----------------------------------------------------
 
-    def _name_stream(self, stream) -> None:
+    def name_stream(self, stream) -> None:
         """Remember the user's variable name for a stream (looked up in the user's frame)."""
         key = getattr(stream, "cuda_stream", None)
         if key is not None:
@@ -776,7 +844,7 @@ class RaceCheck(TorchHooks):
             del frame
         self._race_context[id(race)] = context
 
-    def _internal_error(self, where: str, error: BaseException) -> None:
+    def internal_error(self, where: str, error: BaseException) -> None:
         self.errors.record(where, error)
 
     def _finding(self, race: Race) -> Finding:

@@ -3,7 +3,7 @@
 // A Python TorchDispatchMode costs a Python round trip per op, which alone
 // doubles the step time of a launch-bound two-stream program. This tap is a
 // global RecordFunction callback instead: it classifies each op's tensor
-// arguments from its schema (as races.py's _plan does), computes their byte
+// arguments from its schema (as ops.py's plan does), computes their byte
 // ranges, and keeps the history of memory that only a device's default
 // stream has touched here, in C++. The happens-before engine (Python) sees
 // only what can race:
@@ -246,7 +246,7 @@ struct Tap {
   at::CallbackHandle handle = 0;
   PyRef callback;  // engine side: callback(launches) and callback(("record_stream", ...))
   PyRef site_origin;  // frames.site_origin(filename) -> 0 not the user's, 1 a test file's, 2 the user's; or None
-  size_t site_limit = 4;  // user frames kept per site (race_ops.SITE_FRAMES)
+  size_t site_limit = 4;  // user frames kept per site (ops.SITE_FRAMES)
   std::unordered_map<PyObject*, int8_t> origins;  // code object (owned) -> site_origin of its file
   int64_t counter = 0;
   uint64_t generations = 0;
@@ -272,7 +272,7 @@ thread_local int in_tap = 0;               // ops issued from inside the tap are
 // a dispatch mode sees only the outer op. Ops nested in a skipped one (to,
 // reshape, contiguous: views when they can be) are recorded.
 thread_local int recording = 0;
-thread_local int collectives_modelled = 0;  // c10d ops inside races.py's collective wrapper
+thread_local int collectives_modelled = 0;  // c10d ops inside the collective wrapper (hooks.py)
 
 bool is_main(uint64_t stream) { return (stream & ((uint64_t(1) << 56) - 1)) == 0; }
 
@@ -790,7 +790,7 @@ struct FilteredTrace final : PyInterpreterVTable {
   const PyInterpreterVTable* real = nullptr;  // torch's interpreter: everything else goes there
   std::atomic<bool> forward_memory{false};
 
-  // Before activation (race_prehistory.py): the blocks the allocator handed
+  // Before activation (prehistory.py): the blocks the allocator handed
   // out since the last host sync, still live. A host sync is any device,
   // stream or event synchronization torch reports, implicit ones (.item(),
   // blocking copies) included: they go through the same c10::cuda functions

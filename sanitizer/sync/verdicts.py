@@ -1,0 +1,217 @@
+"""The sync check's findings: pure functions of what the check recorded.
+
+``SyncCheck`` records, per user site, when each sync happened (the step),
+how long the host waited, how often the line ran and whether autograd was on;
+``sync_findings`` turns those frozen records into findings. Nothing here
+touches torch or the live session, so every verdict can be tested from
+records alone.
+
+Cadence
+-------
+A *run* of a site is one execution of the user's line that synced (every
+sync inside one call the line makes is one run; ``check.py`` says how runs
+are counted). How often a site runs decides whether it costs the program
+something worth changing. Its *cadence* is measured from the steps its runs
+fell in (a step is the stretch between two optimizer steps), and stated in
+the finding (``details["cadence"]``):
+
+- ``per-step``: in most measured steps (every one, or all but a few, with no
+  regular gap): a stall paid on every training step. A warning with its rule.
+- ``per-eval-batch``: with autograd off (``torch.no_grad()``,
+  ``inference_mode``), at least ``min_count`` runs, several per step
+  interval: a read on every batch of an evaluation or inference loop. A
+  warning with its rule.
+- ``periodic``: in steps a regular gap apart (every N steps, N >= 2):
+  logging that already runs every N steps. ``info``, with its period and the
+  host wait per read; no rule code (the static rule does not flag a read
+  under a periodic guard).
+- ``per-iteration``: at least ``min_count`` runs (``--gpu-sanitize-min-count``,
+  default ``DEFAULT_MIN_COUNT``; warm-up runs count) that are none of the
+  above: a loop without optimizer steps, such as a script's top-level loop.
+  A warning with its rule.
+- ``few`` / ``once``: any other site (a final read, a checkpoint save, an
+  ``assert`` after the loop). ``info`` with no rule code.
+- ``compile``: made by torch.compile's own machinery (Dynamo, Inductor,
+  Triton's autotuner) under the user's line: the compilation phase's cost.
+  ``info`` with no rule code.
+
+``details["repeated"]`` is true for the three warning cadences;
+``findings.is_one_off`` picks the ``few``, ``once`` and ``compile`` sites and
+``findings.is_periodic`` the periodic ones, which summaries list apart and
+``--gpu-sanitize-fail-on`` never fails on. A site in a test file is ``info``
+whatever its cadence (the test's own read).
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from statistics import median
+from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
+
+from .. import frames as _frames
+from ..findings import SYNC, Finding, Frame
+from ..session import StepCount
+from .kinds import KINDS, fix_for, rule_for
+
+# Runs of a site (executions of its line) that make a loop of it.
+DEFAULT_MIN_COUNT = 5
+
+PER_STEP = "per-step"
+PER_EVAL_BATCH = "per-eval-batch"
+PER_ITERATION = "per-iteration"
+PERIODIC = "periodic"
+FEW = "few"
+ONCE = "once"
+COMPILE = "compile"
+# The cadences that cost the program on every step or batch: warnings with the rule's code.
+REPEATED = (PER_STEP, PER_EVAL_BATCH, PER_ITERATION)
+
+
+@dataclass(frozen=True)
+class SiteRecord:
+    """What the check saw at one user site, frozen when the findings are read."""
+
+    kind: str
+    api: Optional[str]  # the wrapped entry point, None when seen through the warning
+    stack: Tuple[Tuple[str, int, str], ...]  # user frames, innermost first
+    library: Optional[Tuple[str, int, str]]  # the torch frame below the user frame
+    steps: Mapping[int, int]  # step -> syncs in it
+    stall: Mapping[int, float]  # step -> seconds the host waited in timed calls
+    timed: Mapping[int, int]  # step -> timed calls
+    runs: int  # executions of the line that synced, warm-up included
+    in_test: bool
+    tensor: Optional[Dict[str, Any]]
+    run_steps: Optional[Mapping[int, int]] = None  # step -> runs that began in it (None: taken as ``steps``)
+    no_grad_runs: int = 0  # runs made with autograd off
+    compiler: bool = False  # made by torch.compile's machinery
+    pinned: FrozenSet[bool] = frozenset()  # a copy's source as seen: True pinned, False pageable
+
+
+@dataclass(frozen=True)
+class Cadence:
+    """How often a site ran, as a finding states it."""
+
+    kind: str  # one of PER_STEP, PER_EVAL_BATCH, PERIODIC, PER_ITERATION, FEW, ONCE, COMPILE
+    occurrences: int  # measured steps with a run (1 for a program without steps)
+    period: Optional[int] = None  # steps between runs, for PERIODIC
+    every_step: Optional[bool] = None  # in every measured step; None without steps
+
+    @property
+    def repeated(self) -> bool:
+        return self.kind in REPEATED
+
+
+def cadence_of(site: SiteRecord, steps: StepCount, min_count: int) -> Cadence:
+    """The site's cadence over the measured steps (the module docstring defines each)."""
+    run_steps = site.run_steps if site.run_steps is not None else site.steps
+    measured = sorted(step for step, runs in run_steps.items() if runs and steps.is_measured(step))
+    measured_runs = sum(run_steps[step] for step in measured)
+    occurrences = len(measured)
+    stepped = steps.completed > 0
+    required = set(range(steps.warmup, steps.completed))
+    every_step = (bool(required) and required.issubset(measured)) if stepped else None
+    if site.compiler:
+        return Cadence(COMPILE, occurrences, every_step=every_step)
+    gaps = [b - a for a, b in zip(measured, measured[1:])]
+    if stepped and gaps and median(gaps) <= 1 and occurrences >= max(2, steps.measured / 2):
+        return Cadence(PER_STEP, occurrences, every_step=every_step)
+    if site.no_grad_runs >= min_count and measured_runs >= 2 * max(1, occurrences):
+        return Cadence(PER_EVAL_BATCH, occurrences, every_step=every_step)
+    if stepped and gaps and median(gaps) >= 2:
+        period = Counter(gaps).most_common(1)[0][0]
+        return Cadence(PERIODIC, occurrences, period=period, every_step=every_step)
+    if site.runs >= min_count:
+        return Cadence(PER_ITERATION, occurrences, every_step=every_step)
+    return Cadence(ONCE if site.runs <= 1 else FEW, occurrences, every_step=every_step)
+
+
+def sync_findings(sites: Sequence[SiteRecord], steps: StepCount, min_count: int,
+                  test_id: Optional[str] = None) -> List[Finding]:
+    """One finding per site that synced in a measured step, the costliest first."""
+    results = [finding for finding in (_site_finding(site, steps, min_count, test_id) for site in sites)
+               if finding is not None]
+    results.sort(key=lambda f: (-(f.details["stall_ms"] or 0.0), -f.count, f.file or "", f.line or 0))
+    return results
+
+
+def _site_finding(site: SiteRecord, steps: StepCount, min_count: int, test_id: Optional[str]) -> Optional[Finding]:
+    measured = {step: n for step, n in site.steps.items() if steps.is_measured(step)}
+    count = sum(measured.values())
+    if count == 0:
+        return None
+    cadence = cadence_of(site, steps, min_count)
+    warmup_count = sum(site.steps.values()) - count
+    stall_s = sum(v for step, v in site.stall.items() if steps.is_measured(step))
+    timed = sum(v for step, v in site.timed.items() if steps.is_measured(step))
+    steps_seen = sorted(measured)
+    _, label, _ = KINDS[site.kind]
+    rule, hint = rule_for(site.kind, site.pinned), fix_for(site.kind, site.pinned)
+    per_step = count / steps.measured
+    stall_ms = round(stall_s * 1000.0, 3) if timed else None
+    file, line, function = site.stack[0]
+    details: Dict[str, Any] = {
+        "sync_kind": site.kind,
+        "api": site.api,
+        "cadence": cadence.kind,
+        "period_steps": cadence.period,
+        "per_step": round(per_step, 3),
+        "steps": steps_seen[:100],
+        "steps_truncated": len(steps_seen) > 100,
+        "every_step": cadence.every_step,
+        "warmup_count": warmup_count,
+        "stall_ms": stall_ms,
+        "timed_calls": timed,
+        "per_read_ms": round(stall_ms / timed, 3) if stall_ms is not None else None,
+        "via": f"{_frames.short_path(site.library[0])}:{site.library[1]} {site.library[2]}" if site.library else None,
+        "in_test": site.in_test,
+        "user_frame": bool(site.stack) and site.stack[0] is not None and _frames.is_user_file(file),
+        "runs": site.runs,
+        "eval_runs": site.no_grad_runs,
+        "repeated": cadence.repeated,
+    }
+    if site.kind in ("copy", "pageable-copy") and site.pinned:
+        details["source_pinned"] = next(iter(site.pinned)) if len(site.pinned) == 1 else None
+    if site.tensor is not None:
+        details["tensor"] = site.tensor
+    severity = "warning" if cadence.repeated and not site.in_test else "info"
+    if not cadence.repeated:
+        rule = None
+    message = _message(cadence, label, count, site.runs, steps, details)
+    return Finding(
+        kind=SYNC,
+        severity=severity,
+        message=message,
+        file=file,
+        line=line,
+        function=function,
+        stack=[Frame(f, l, fn) for f, l, fn in site.stack],
+        count=count,
+        rule=rule,
+        fix_hint=hint,
+        details=details,
+        test=test_id,
+    )
+
+
+def _message(cadence: Cadence, label: str, count: int, runs: int, steps: StepCount, details: Dict[str, Any]) -> str:
+    """One sentence: what blocked the host, how often, and so what it costs."""
+    stepped = steps.completed > 0
+    if cadence.kind == PER_STEP:
+        where = "every measured step" if cadence.every_step else f"{cadence.occurrences} of {steps.measured} measured steps"
+        return f"{label} blocks the host until the GPU catches up, per step ({count}x, {where})"
+    if cadence.kind == PER_EVAL_BATCH:
+        passes = f" in {cadence.occurrences} evaluation pass(es)" if stepped else ""
+        return (f"{label} blocks the host on every evaluation or inference batch ({details['eval_runs']} reads "
+                f"with autograd off{passes})")
+    if cadence.kind == PER_ITERATION:
+        scope = "over the whole run, no training steps seen" if not stepped else "outside the training steps"
+        return f"{label} blocks the host on every iteration of a loop ({runs}x, {scope})"
+    if cadence.kind == PERIODIC:
+        per_read = details["per_read_ms"]
+        cost = f", {per_read:.3f} ms host wait per read" if per_read is not None else ""
+        return (f"periodic: {label} every {cadence.period} steps ({cadence.occurrences} times{cost}); "
+                f"already periodic, not a per-step stall")
+    if cadence.kind == COMPILE:
+        return f"during compilation: {label} ran {runs}x inside torch.compile's own work (counted in the compilation phase)"
+    times = "once" if cadence.kind == ONCE else f"{runs}x"
+    return f"one-off sync: {label} ran {times} (not per step, per batch or per loop iteration)"
