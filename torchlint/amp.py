@@ -28,10 +28,11 @@ import libcst as cst
 
 from torchlint.facts import keyword_value, literal_bool, positional
 from torchlint.names import dotted_name, last_name
+from torchlint.vocabulary import SCALER_NAME
 
 if TYPE_CHECKING:  # pragma: no cover
     from torchlint.analysis import Site
-    from torchlint.context import FileContext
+    from torchlint.model import FileModel
 
 GRAD_SCALER_CLASSES = frozenset(
     {
@@ -67,8 +68,6 @@ _DEVICE_SPECIFIC_AUTOCAST = frozenset(
     }
 )
 SCALER_METHODS = frozenset({"scale", "step", "unscale_", "update", "get_scale"})
-# A receiver named like this is a GradScaler even when its construction is out of sight.
-SCALER_NAME = re.compile(r"(?i)(^|_)(grad_?|loss_?)?scaler(_[a-z0-9]+)?$")
 # Objects whose ``.backward(loss)`` is a framework's, not a tensor's.
 _FRAMEWORK_BACKWARD = re.compile(r"(?i)(accelerator|fabric|engine|trainer|strategy|precision|deepspeed|amp|self)$")
 
@@ -82,19 +81,19 @@ class ScalerCall:
     argument: Optional[cst.BaseExpression]  # the loss or the optimizer, if any
 
 
-def _qualified(ctx: "FileContext", func: cst.BaseExpression) -> Optional[str]:
+def _qualified(ctx: "FileModel", func: cst.BaseExpression) -> Optional[str]:
     return ctx.names.qualified_name(func)
 
 
-def is_grad_scaler_call(ctx: "FileContext", node: cst.CSTNode) -> bool:
+def is_grad_scaler_call(ctx: "FileModel", node: cst.CSTNode) -> bool:
     return isinstance(node, cst.Call) and _qualified(ctx, node.func) in GRAD_SCALER_CLASSES
 
 
-def is_autocast_call(ctx: "FileContext", node: cst.CSTNode) -> bool:
+def is_autocast_call(ctx: "FileModel", node: cst.CSTNode) -> bool:
     return isinstance(node, cst.Call) and _qualified(ctx, node.func) in AUTOCAST_CLASSES
 
 
-def enabled(ctx: "FileContext", call: cst.Call) -> Optional[bool]:
+def enabled(ctx: "FileModel", call: cst.Call) -> Optional[bool]:
     """The literal ``enabled=`` of a GradScaler or autocast call: True when
     absent (the default), False for ``enabled=False``, None when computed."""
     value = keyword_value(call, "enabled")
@@ -112,7 +111,7 @@ def enabled(ctx: "FileContext", call: cst.Call) -> Optional[bool]:
     return literal_bool(value)
 
 
-def autocast_device(ctx: "FileContext", call: cst.Call) -> Optional[str]:
+def autocast_device(ctx: "FileModel", call: cst.Call) -> Optional[str]:
     """"cuda" / "cpu" / … for an autocast call, None when not a literal."""
     qname = _qualified(ctx, call.func) or ""
     if qname.startswith("torch.cuda."):
@@ -125,7 +124,7 @@ def autocast_device(ctx: "FileContext", call: cst.Call) -> Optional[str]:
     return None
 
 
-def autocast_dtype(ctx: "FileContext", call: cst.Call) -> Optional[str]:
+def autocast_dtype(ctx: "FileModel", call: cst.Call) -> Optional[str]:
     """The dtype an autocast region computes in, as a torch attribute name
     ("bfloat16", "float16", "half"…), when it is written as a literal (or a
     local name bound to one); None when it cannot be seen. Without ``dtype=``
@@ -141,7 +140,7 @@ def autocast_dtype(ctx: "FileContext", call: cst.Call) -> Optional[str]:
     return dtype_name(ctx, value)
 
 
-def dtype_name(ctx: "FileContext", value: cst.BaseExpression, _depth: int = 0) -> Optional[str]:
+def dtype_name(ctx: "FileModel", value: cst.BaseExpression, _depth: int = 0) -> Optional[str]:
     """``torch.bfloat16`` -> "bfloat16" (through imports and local names)."""
     qname = ctx.names.qualified_name(value)
     if qname is not None and qname.startswith("torch.") and qname.count(".") == 1:
@@ -153,7 +152,7 @@ def dtype_name(ctx: "FileContext", value: cst.BaseExpression, _depth: int = 0) -
     return None
 
 
-def is_scaler(ctx: "FileContext", expr: cst.BaseExpression) -> bool:
+def is_scaler(ctx: "FileModel", expr: cst.BaseExpression) -> bool:
     """Is ``expr`` a GradScaler: a local name bound to a GradScaler(...) call,
     or a name spelled like one (``scaler``, ``self.grad_scaler``)."""
     name = dotted_name(expr)
@@ -166,7 +165,7 @@ def is_scaler(ctx: "FileContext", expr: cst.BaseExpression) -> bool:
     return bool(last and SCALER_NAME.search(last))
 
 
-def scaler_call(ctx: "FileContext", call: cst.Call) -> Optional[ScalerCall]:
+def scaler_call(ctx: "FileModel", call: cst.Call) -> Optional[ScalerCall]:
     func = call.func
     if not (isinstance(func, cst.Attribute) and func.attr.value in SCALER_METHODS):
         return None
@@ -176,7 +175,7 @@ def scaler_call(ctx: "FileContext", call: cst.Call) -> Optional[ScalerCall]:
     return ScalerCall(dotted_name(func.value) or "", func.attr.value, argument)
 
 
-def scaled_backward(ctx: "FileContext", call: cst.Call) -> Optional[str]:
+def scaled_backward(ctx: "FileModel", call: cst.Call) -> Optional[str]:
     """For ``X.backward()``: the scaler's name when X is ``scaler.scale(loss)``
     or a local name bound to it; None otherwise."""
     if not (isinstance(call.func, cst.Attribute) and call.func.attr.value == "backward"):
@@ -193,7 +192,7 @@ def scaled_backward(ctx: "FileContext", call: cst.Call) -> Optional[str]:
     return None
 
 
-def tensor_backward(ctx: "FileContext", call: cst.Call) -> bool:
+def tensor_backward(ctx: "FileModel", call: cst.Call) -> bool:
     """``loss.backward()`` / ``loss.backward(retain_graph=True)`` on a tensor,
     not a framework's ``accelerator.backward(loss)``."""
     func = call.func
@@ -217,7 +216,7 @@ def step_optimizer(found: ScalerCall) -> Optional[str]:
     return dotted_name(found.argument)
 
 
-def autocast_of(ctx: "FileContext", expr: cst.BaseExpression) -> Optional[cst.Call]:
+def autocast_of(ctx: "FileModel", expr: cst.BaseExpression) -> Optional[cst.Call]:
     """``expr`` as an autocast call: itself, or the local name bound to one."""
     if isinstance(expr, cst.Call):
         return expr if is_autocast_call(ctx, expr) else None
@@ -228,7 +227,7 @@ def autocast_of(ctx: "FileContext", expr: cst.BaseExpression) -> Optional[cst.Ca
     return None
 
 
-def enclosing_autocast(ctx: "FileContext", site: "Site") -> Optional[cst.Call]:
+def enclosing_autocast(ctx: "FileModel", site: "Site") -> Optional[cst.Call]:
     """The innermost autocast region around the site's node within its
     function: a ``with autocast(...)`` body or an ``@autocast(...)``-decorated
     function. None when there is none, or the innermost one is

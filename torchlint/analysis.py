@@ -14,42 +14,11 @@ import libcst as cst
 
 from torchlint.facts import FunctionInfo, LoopInfo
 from torchlint.names import dotted_name, last_name
+from torchlint.tree import iter_subtree
+from torchlint.vocabulary import CUDA_AVAILABILITY, INDEX_NAME, NO_GRAD_CONTEXTS, PERIODIC_NAME, SET_GRAD_ENABLED
 
 if TYPE_CHECKING:  # pragma: no cover
-    from torchlint.context import FileContext
-
-NO_GRAD_CONTEXTS = frozenset(
-    {
-        "torch.no_grad",
-        "torch.inference_mode",
-        "torch.autograd.no_grad",
-        "torch.autograd.inference_mode",
-        "torch.autograd.grad_mode.no_grad",
-        "torch.autograd.grad_mode.inference_mode",
-    }
-)
-_SET_GRAD_ENABLED = frozenset({"torch.set_grad_enabled", "torch.autograd.set_grad_enabled"})
-CUDA_AVAILABILITY = frozenset({"torch.cuda.is_available", "torch.cuda.device_count", "torch.cuda.is_initialized"})
-
-# A guard named like one of these runs its body every N steps, not every step.
-_PERIODIC_NAME = re.compile(
-    r"(?i)(every|interval|periodic|should_log|is_log|log_step|do_log|log_now|_freq|frequency|"
-    r"should_save|should_eval|should_evaluate|do_eval)"
-)
-_INDEX_NAME = re.compile(r"(?i)(step|idx|index|iter|batch|^i$|^j$|^it$|^n$)")
-
-
-def iter_subtree(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    """Every code-bearing node under ``node`` (whitespace and punctuation
-    skipped), pre-order; for small local questions only, never a whole file."""
-    from torchlint.walker import child_nodes
-
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        yield current
-        stack.extend(reversed(child_nodes(current)))
-
+    from torchlint.model import FileModel
 
 def exclusive_branches(a: Sequence[cst.CSTNode], b: Sequence[cst.CSTNode]) -> bool:
     """Do two nodes, given by their ancestor stacks (``Site.stack``, root first),
@@ -76,7 +45,7 @@ def exclusive_branches(a: Sequence[cst.CSTNode], b: Sequence[cst.CSTNode]) -> bo
     return False
 
 
-def mentions_cuda_availability(ctx: "FileContext", node: cst.CSTNode) -> bool:
+def mentions_cuda_availability(ctx: "FileModel", node: cst.CSTNode) -> bool:
     """Does ``node`` call ``torch.cuda.is_available()`` (or a relative), or
     read a name assigned from such a call (``use_cuda``)?"""
     for sub in iter_subtree(node):
@@ -94,7 +63,7 @@ def is_periodic_test(test: cst.BaseExpression) -> bool:
             return True
         if isinstance(sub, (cst.Name, cst.Attribute)):
             name = last_name(sub)
-            if name and _PERIODIC_NAME.search(name):
+            if name and PERIODIC_NAME.search(name):
                 return True
         if isinstance(sub, cst.Comparison) and _is_once_per_loop(sub):
             return True
@@ -108,7 +77,7 @@ def _is_once_per_loop(comparison: cst.Comparison) -> bool:
     left, right = comparison.left, comparison.comparisons[0].comparator
     for index_side, other in ((left, right), (right, left)):
         name = last_name(index_side)
-        if name and _INDEX_NAME.search(name) and _is_fixed_point(other):
+        if name and INDEX_NAME.search(name) and _is_fixed_point(other):
             return True
     return False
 
@@ -124,26 +93,26 @@ def _is_fixed_point(node: cst.BaseExpression) -> bool:
     return bool(name and re.search(r"(?i)(num_|total|max_|last|len)", name))
 
 
-def _decorator_call_name(ctx: "FileContext", decorator: cst.Decorator) -> Optional[str]:
+def _decorator_call_name(ctx: "FileModel", decorator: cst.Decorator) -> Optional[str]:
     expr = decorator.decorator
     if isinstance(expr, cst.Call):
         expr = expr.func
     return ctx.names.qualified_name(expr)
 
 
-def is_no_grad_item(ctx: "FileContext", expr: cst.BaseExpression) -> bool:
+def is_no_grad_item(ctx: "FileModel", expr: cst.BaseExpression) -> bool:
     if not isinstance(expr, cst.Call):
         return False
     qname = ctx.names.qualified_name(expr.func)
     if qname in NO_GRAD_CONTEXTS:
         return True
-    if qname in _SET_GRAD_ENABLED and expr.args:
+    if qname in SET_GRAD_ENABLED and expr.args:
         value = expr.args[0].value
         return isinstance(value, cst.Name) and value.value == "False"
     return False
 
 
-def is_no_grad_decorated(ctx: "FileContext", function: cst.FunctionDef) -> bool:
+def is_no_grad_decorated(ctx: "FileModel", function: cst.FunctionDef) -> bool:
     for decorator in function.decorators:
         name = _decorator_call_name(ctx, decorator)
         if name in NO_GRAD_CONTEXTS:
@@ -169,7 +138,7 @@ class Site:
 
     __slots__ = ("ctx", "stack", "function", "loop")
 
-    def __init__(self, ctx: "FileContext", stack: Sequence[cst.CSTNode], function: Optional[FunctionInfo], loop: Optional[LoopInfo]) -> None:
+    def __init__(self, ctx: "FileModel", stack: Sequence[cst.CSTNode], function: Optional[FunctionInfo], loop: Optional[LoopInfo]) -> None:
         self.ctx = ctx
         self.stack = tuple(stack)
         self.function = function
@@ -233,13 +202,12 @@ class Site:
                 return found[0], function
             function = function.parent
         # called per batch from another file of the project (``MetricLogger.update``)
-        from torchlint import crossfile
-
+        analysis = self.ctx.analysis
         function = self.function
         while function is not None and function.parent is not None:
             function = function.parent
-        if function is not None and function.class_name is not None and self._uses_argument(function):
-            hint = crossfile.hot_from_elsewhere(self.ctx, function)
+        if analysis is not None and function is not None and function.class_name is not None and self._uses_argument(function):
+            hint = analysis.hot_from_elsewhere(self.ctx, function)
             if hint is not None:
                 return ForeignLoop(hint), function
         return None, None
@@ -310,7 +278,7 @@ class Site:
         )
 
 
-def _skipped_unless_periodic(ctx: "FileContext", block: cst.IndentedBlock, child: cst.CSTNode) -> bool:
+def _skipped_unless_periodic(ctx: "FileModel", block: cst.IndentedBlock, child: cst.CSTNode) -> bool:
     """An earlier ``if not step % N == 0: continue`` in the same block.
 
     The statements after the first such guard are found once per block and
@@ -369,12 +337,12 @@ def is_main_guard(statement: cst.CSTNode) -> bool:
     return has_name and has_main
 
 
-def loop_trains(ctx: "FileContext", loop: LoopInfo) -> bool:
+def loop_trains(ctx: "FileModel", loop: LoopInfo) -> bool:
     """The loop itself calls backward()/an optimizer step, or a module function that does."""
     return loop.trains or any(ctx.facts.function_trains(c) for c in loop.calls)
 
 
-def training_entry_loop(ctx: "FileContext") -> Optional[LoopInfo]:
+def training_entry_loop(ctx: "FileModel") -> Optional[LoopInfo]:
     """The first training loop of a module that is a *training entry point*.
 
     A training entry point is a module that runs as a script and trains:
@@ -434,12 +402,4 @@ def conv_dims(qualified: Optional[str]) -> Optional[int]:
             return int(match.groups()[-1])
     if module.startswith("torchvision.models") and _TORCHVISION_CONVNETS.match(last):
         return 3 if module.endswith("video") or last.startswith(("r3d", "r2plus1d", "mc3")) else 2
-    return None
-
-
-def torch_alias(ctx: "FileContext") -> Optional[str]:
-    """The local name bound to the ``torch`` package itself (``torch``, ``T``), if any."""
-    for local, full in ctx.names.aliases.items():
-        if full == "torch" and "." not in local:
-            return local
     return None

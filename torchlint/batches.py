@@ -20,9 +20,10 @@ from typing import TYPE_CHECKING, Dict, List, Optional
 import libcst as cst
 
 from torchlint.names import dotted_name, last_name
+from torchlint.vocabulary import KEEPS_ITEMS
 
 if TYPE_CHECKING:  # pragma: no cover
-    from torchlint.context import FileContext
+    from torchlint.model import FileModel
     from torchlint.facts import FunctionInfo
 
 # Methods that hand back the same batch data, a view of it, or a cast of it
@@ -34,7 +35,6 @@ VIEW_METHODS = frozenset(
 CAST_METHODS = frozenset({"float", "half", "long", "int", "double", "bfloat16", "bool"})
 # Calls that hand back a loader whose batches the framework already moves to the device.
 FRAMEWORK_PLACES = frozenset({"prepare", "prepare_data_loader", "setup_dataloaders", "DeviceDataLoader"})
-_PASS_THROUGH = ("enumerate", "tqdm", "iter", "islice", "progress", "track")
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ PINNED = Origin("pinned")
 
 
 class BatchFlow:
-    def __init__(self, ctx: "FileContext") -> None:
+    def __init__(self, ctx: "FileModel") -> None:
         self.ctx = ctx
         self.scopes: List[Dict[str, Origin]] = [{}]
         self.placed_by_framework: set = set()
@@ -230,6 +230,6 @@ def target_names(target: cst.BaseExpression) -> List[str]:
 
 
 def unwrap_pass_through(node: cst.BaseExpression) -> cst.BaseExpression:
-    while isinstance(node, cst.Call) and last_name(node.func) in _PASS_THROUGH and node.args:
+    while isinstance(node, cst.Call) and last_name(node.func) in KEEPS_ITEMS and node.args:
         node = node.args[0].value
     return node

@@ -11,7 +11,7 @@ applies to, so exactly the files that depend on it are linted again.
 
 Cross-file facts (a loader built in ``main.py`` and iterated in
 ``engine.py``) are read from other files during a file's lint. The lint
-records which projects it consulted (``crossfile.record_consulted``), and the
+records which projects it consulted (``Projects.record_consulted``), and the
 entry keeps each one's digest (its files' paths, sizes and modification
 times): when any file of such a project changes, the results that consulted
 it are linted again; results that consulted no other file are not.
@@ -38,6 +38,7 @@ import sys
 from typing import TYPE_CHECKING, Optional
 
 from torchlint import __version__
+from torchlint.project import Projects
 from torchlint.source import write_atomic
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -91,6 +92,7 @@ class ResultCache:
         self.hits = 0
         self.stored = 0
         self._digests: dict = {}  # project root -> its cross-file digest, once per run
+        self._projects = Projects()
 
     def key(self, path: str, data: bytes, options: "FileOptions") -> str:
         known = self._options.get(id(options))
@@ -149,9 +151,7 @@ class ResultCache:
     def _digest(self, root: str) -> str:
         known = self._digests.get(root)
         if known is None:
-            from torchlint import crossfile
-
-            known = self._digests[root] = crossfile.digest(root)
+            known = self._digests[root] = self._projects.for_path(root).digest()
         return known
 
     def _prepare(self) -> None:

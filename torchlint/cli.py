@@ -17,7 +17,7 @@ from torchlint.cache import CACHE_DIR_ENV, DEFAULT_DIR, ResultCache, clean_comma
 from torchlint.config import OUTPUT_FORMATS, Config, ConfigError, ConfigFinder, apply_table, parse_version
 from torchlint.discovery import DiscoveryOptions, discover
 from torchlint.linter import FileOptions, syntax_error
-from torchlint.project import project_facts
+from torchlint.project import ProjectFacts, Projects
 from torchlint.progress import Progress
 from torchlint.registry import all_rules
 from torchlint.reporters import MACHINE_FORMATS, ReportContext, reporters
@@ -118,6 +118,8 @@ class Settings:
                 explicit = entry
             else:
                 overrides.update(_parse_override(entry))
+        # The run's projects: their facts, and what the lint learns of them
+        self.projects = Projects()
         self.finder = ConfigFinder(self.rules, explicit=explicit, isolated=args.isolated)
         self.overrides = overrides
         self.cli_layer = Layer(
@@ -186,7 +188,7 @@ class Settings:
         config = self.config_for(path)
         ignores = parse_per_file_ignores(config.per_file_ignores, config.root, self.rules) + self.cli_ignores
         skipped = ignored_for(path, ignores)
-        project = project_facts(path, read_config=not self.args.isolated)
+        project = self.projects.for_path(path).facts(read_config=not self.args.isolated) if path and path != "-" else ProjectFacts()
         key = (id(config), skipped, project.root)
         cached = self._options.get(key)
         if cached is None:
@@ -305,7 +307,7 @@ def _check(args: argparse.Namespace) -> int:
     cache = ResultCache(args.cache_dir) if mode == CHECK and not args.no_cache else None
     report_to = _open_output_file(args)  # before any file is fixed: a bad path must not fail after
     with Progress.for_run(args, len(jobs)) as progress:
-        results = run(jobs, max(1, workers), cache, progress.update)
+        results = run(jobs, max(1, workers), cache, progress.update, settings.projects)
     results.extend(FileResult(path, [syntax_error(path, reason)]) for path, reason in missing)
     unsafe = settings.unsafe_fixes(settings.config_for(os.path.join(os.getcwd(), "x.py")))
     return _finish(args, results, mode, unsafe, sys.stdout, report_to)

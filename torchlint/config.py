@@ -17,6 +17,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
+from torchlint.project import find_root
 from torchlint.rule import Rule
 
 OUTPUT_FORMATS = ("concise", "full", "json", "json-lines", "grouped", "github", "sarif", "junit", "pylint")
@@ -201,14 +202,19 @@ class ConfigFinder:
         cached = self._by_dir.get(directory)
         if cached is not None:
             return cached
-        candidate = os.path.join(directory, "pyproject.toml")
+        # The project the folder belongs to (the one root finder), then the
+        # projects around it: the nearest pyproject.toml with a
+        # [tool.torchlint] table is the config, as ruff finds its own.
+        root = find_root(directory)
         config = None
-        if os.path.isfile(candidate):
-            data = load_toml(candidate)
-            if torchlint_table(data, candidate) is not None:
-                config = load_config(candidate, self.rules, data)
-        if config is None:
-            parent = os.path.dirname(directory)
-            config = Config() if parent == directory else self._lookup(parent)
-        self._by_dir[directory] = config
-        return config
+        if root is not None:
+            candidate = os.path.join(root, "pyproject.toml")
+            if os.path.isfile(candidate):
+                data = load_toml(candidate)
+                if torchlint_table(data, candidate) is not None:
+                    config = load_config(candidate, self.rules, data)
+            if config is None:
+                parent = os.path.dirname(root)
+                config = Config() if parent == root else self._lookup(parent)
+        self._by_dir[directory] = config if config is not None else Config()
+        return self._by_dir[directory]

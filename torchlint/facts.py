@@ -9,42 +9,17 @@ collect candidates and decide in ``finish()``.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Set
+from typing import TYPE_CHECKING, Dict, List, Optional, Set
 
 import libcst as cst
 
 from torchlint.names import ImportTable, dotted_name, last_name
+from torchlint.tree import iter_subtree
+from torchlint.vocabulary import BATCH_PULL_METHODS, DATA_SOURCE_NAME, ITERATES_ARGUMENT, NOT_BATCHES, PER_ITEM_WORK
 
-# Names whose iteration yields batches (a loader passed in, ``self.train_loader``).
-# Matched against the last identifier as a whole word part, so
-# ``dispatch_batches_options`` is not one.
-_DATA_SOURCE = re.compile(
-    r"(?i)(loader|loaders|(^|_)dl|(^|_)batches|batch_iter|data_?iter|prefetcher|batch_gen|dataiter|minibatches)$"
-)
-# Wrappers that pass their first argument's items through.
-_PASS_THROUGH = {"enumerate", "tqdm", "iter", "islice", "zip", "progress", "track", "progress_bar", "chain"}
-# Calls that receive a loader but do not yield its batches when iterated.
-_NOT_BATCHES = {"range", "len", "trange", "sorted", "reversed", "print", "isinstance", "getattr", "hasattr"}
-
-# Methods of a data source that hand out one batch per call
-# (``x, y = train_loader.next_batch()``, a project's own loader class).
-BATCH_PULL_METHODS = frozenset({"next_batch", "get_batch", "get_next_batch", "__next__"})
-
-OPTIMIZER_NAME = re.compile(r"(?i)(optim|opt$|^opt|optimizer)")
-
-
-def optimizer_receiver(receiver: cst.BaseExpression) -> bool:
-    """Is ``receiver`` (``optimizer``, ``self.opt``, ``optimizers[i]``) an
-    optimizer by its name? The one test every rule uses: a learning-rate
-    scheduler's name often mentions its optimizer, and its ``step()`` trains nothing."""
-    name = last_name(receiver.value if isinstance(receiver, cst.Subscript) else receiver)
-    return names_an_optimizer(name)
-
-
-def names_an_optimizer(name: Optional[str]) -> bool:
-    return bool(name and OPTIMIZER_NAME.search(name) and "sched" not in name.lower())
+if TYPE_CHECKING:  # pragma: no cover
+    from torchlint.crossfile import ProjectAnalysis
 
 
 @dataclass(eq=False)
@@ -176,9 +151,11 @@ def _short(node: cst.CSTNode, depth: int = 0) -> str:
 
 
 class ModuleFacts:
-    def __init__(self, names: ImportTable, path: str = "") -> None:
+    def __init__(self, names: ImportTable, path: str = "", analysis: Optional["ProjectAnalysis"] = None) -> None:
         self.names = names
         self.path = path
+        # the cross-file questions about the file's project (None: the file alone)
+        self.analysis = analysis
         self.functions: Dict[str, List[FunctionInfo]] = {}
         self.loops: Dict[int, LoopInfo] = {}
         self.loaders: List[LoaderInfo] = []
@@ -333,17 +310,17 @@ class ModuleFacts:
             return self.is_data_source(node.body) or self.is_data_source(node.orelse)
         while isinstance(node, cst.Call):
             name = last_name(node.func)
-            if name in _PASS_THROUGH and node.args:
+            if name in ITERATES_ARGUMENT and node.args:
                 if name == "zip":
                     return any(self.is_data_source(a.value) for a in node.args)
                 node = node.args[0].value
                 continue
             qname = self.names.qualified_name(node.func) or ""
-            if name and (_DATA_SOURCE.search(name) or name.endswith("DataLoader") or qname.endswith("DataLoader")):
+            if name and (DATA_SOURCE_NAME.search(name) or name.endswith("DataLoader") or qname.endswith("DataLoader")):
                 return True
             # ``metric_logger.log_every(loader, 10)``, ``prefetch(loader)``: a call
             # that receives the loader and is iterated yields its batches.
-            if name not in _NOT_BATCHES and any(
+            if name not in NOT_BATCHES and any(
                 not a.keyword and not a.star and self.is_data_source(a.value) for a in node.args[:2]
             ):
                 return True
@@ -357,7 +334,7 @@ class ModuleFacts:
         if dotted in self.data_names:
             return True
         name = dotted.rsplit(".", 1)[-1]
-        return bool(_DATA_SOURCE.search(name))
+        return bool(DATA_SOURCE_NAME.search(name))
 
     def pulls_batch(self, call: cst.Call) -> bool:
         """Does this call hand out one batch of a data source: ``next(loader_iter)``
@@ -400,9 +377,9 @@ class ModuleFacts:
             return same_scope[-1]
         returned = self.returned.get((id(function.node) if function is not None else 0, dotted))
         if returned is not None:
-            from torchlint import crossfile
-
-            return crossfile.returned_loader(self.path, self.names, returned[0], returned[1])
+            if self.analysis is None:
+                return None
+            return self.analysis.returned_loader(self.path, self.names, returned[0], returned[1])
         if function is not None and dotted in function.params and _depth < 4:
             passed = self._loader_passed_for(function, dotted, _depth)
             if passed is not None or self._bound_by_a_call(function, dotted):
@@ -410,9 +387,7 @@ class ModuleFacts:
             # No call in the module says what the parameter is: a loader that
             # another file of the project passes for it, else a loader of the
             # same name that a builder function of the module makes.
-            from torchlint import crossfile
-
-            passed = crossfile.loader_passed(self.path, function, dotted)
+            passed = self.analysis.loader_passed(self.path, function, dotted) if self.analysis is not None else None
             if passed is not None:
                 return passed
             built = [l for l in self.loaders if l.target == dotted and l.function is not None]
@@ -470,9 +445,9 @@ class ModuleFacts:
         """Iterating ``call`` yields the items of its first argument:
         ``enumerate(loader)``, ``tqdm(loader)``, ``log_every(loader, 10)``."""
         name = last_name(call.func)
-        if name in _PASS_THROUGH:
+        if name in ITERATES_ARGUMENT:
             return True
-        return name not in _NOT_BATCHES and not (name or "").endswith("DataLoader") and self.is_data_source(call.args[0].value)
+        return name not in NOT_BATCHES and not (name or "").endswith("DataLoader") and self.is_data_source(call.args[0].value)
 
 
 @dataclass(eq=False)
@@ -508,18 +483,10 @@ class CallRecord:
         return bound
 
 
-# Calls in a dataset's ``__getitem__`` that read, decode or transform a sample.
-_PER_ITEM_WORK = frozenset({
-    "open", "imread", "imdecode", "read_image", "decode_image", "decode_jpeg", "load", "loadtxt", "read_csv",
-    "read_file", "transform", "transforms", "augment", "read", "fromfile", "memmap",
-})
-
-
 def does_per_item_work(function: cst.FunctionDef) -> bool:
     """Does fetching one item (a ``__getitem__``) read, decode or transform a sample?"""
-    from torchlint.analysis import iter_subtree
 
-    return any(isinstance(sub, cst.Call) and last_name(sub.func) in _PER_ITEM_WORK for sub in iter_subtree(function.body))
+    return any(isinstance(sub, cst.Call) and last_name(sub.func) in PER_ITEM_WORK for sub in iter_subtree(function.body))
 
 
 def is_dataloader_call(names: ImportTable, call: cst.Call) -> bool:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Callable, List, Optional, Sequence, Tuple
 
 from torchlint.linter import FileOptions, LintOutput, lint_text, why_unparsable
+from torchlint.project import Projects
 from torchlint.source import split_lines
 from torchlint.rule import SAFE, UNSAFE, ResolvedEdit, ResolvedFix
 
@@ -32,21 +33,22 @@ def fix_text(
     options: FileOptions,
     unsafe_fixes: bool = False,
     fixable: Callable[[str], bool] = lambda code: True,
+    projects: Optional[Projects] = None,
 ) -> FixResult:
     original = text
     applied: Counter = Counter()
     for _ in range(MAX_PASSES):
-        output = lint_text(text, path, options)
+        output = lint_text(text, path, options, projects)
         candidates = [(d.code, d.fix) for d in output.diagnostics if fixable(d.code) and is_applicable(d.fix, unsafe_fixes)]
         if not candidates:
             return FixResult(text, applied, output)
         new_text, codes = apply_fixes(text, candidates)
         message = why_unparsable(new_text)
         if message is not None:  # the result must parse, or nothing is written
-            return FixResult(original, Counter(), lint_text(original, path, options), f"a fix produced code that does not parse ({message}); file left unchanged")
+            return FixResult(original, Counter(), lint_text(original, path, options, projects), f"a fix produced code that does not parse ({message}); file left unchanged")
         text = new_text
         applied.update(codes)
-    return FixResult(original, Counter(), lint_text(original, path, options), f"fixes did not converge after {MAX_PASSES} passes; file left unchanged")
+    return FixResult(original, Counter(), lint_text(original, path, options, projects), f"fixes did not converge after {MAX_PASSES} passes; file left unchanged")
 
 
 def apply_fixes(text: str, fixes: Sequence[Tuple[str, ResolvedFix]]) -> Tuple[str, List[str]]:

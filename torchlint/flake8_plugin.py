@@ -19,7 +19,7 @@ from torchlint import __version__
 from torchlint.config import parse_version
 from torchlint.lifecycle import in_default_set
 from torchlint.linter import FileOptions, lint_text
-from torchlint.project import project_facts
+from torchlint.project import ProjectFacts, Projects
 from torchlint.registry import all_rules
 
 
@@ -47,6 +47,8 @@ class TorchlintChecker:
     name = "torchlint"
     version = __version__
     options = FileOptions(rules=[], ignore_noqa=True)
+    # flake8 makes a checker per file: the projects of its process are kept here.
+    projects = Projects()
 
     def __init__(self, tree: ast.AST, lines: List[str], filename: str = "(none)") -> None:
         self.lines = lines
@@ -86,8 +88,9 @@ class TorchlintChecker:
     def run(self) -> Iterator[Tuple[int, int, str, Type["TorchlintChecker"]]]:
         options = self.options if self.options.rules else FileOptions(rules=list(all_rules().values()), ignore_noqa=True)
         # The same project facts (supported torch versions) as the CLI sees.
-        options = dataclasses.replace(options, project=project_facts(self.filename))
-        output = lint_text("".join(self.lines), self.filename, options)
+        facts = self.projects.for_path(self.filename).facts() if self.filename and self.filename != "-" else ProjectFacts()
+        options = dataclasses.replace(options, project=facts)
+        output = lint_text("".join(self.lines), self.filename, options, self.projects)
         for d in output.diagnostics:
             yield d.row, d.column - 1, f"{d.code} {d.message}", type(self)
         for error in output.errors:

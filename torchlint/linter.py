@@ -21,9 +21,11 @@ from libcst._nodes.base import CSTNode
 from libcst._nodes.internal import CodegenState
 
 from torchlint import noqa
-from torchlint.context import FileContext
+from torchlint.collector import Collector
+from torchlint.crossfile import ProjectAnalysis
+from torchlint.model import FileModel
 from torchlint.positions import positions_of
-from torchlint.project import CHECK_TESTS, ProjectFacts, TorchRange, for_file, is_test_module, with_target
+from torchlint.project import CHECK_TESTS, ProjectFacts, Projects, TorchRange, for_file, is_test_module, with_target
 from torchlint.registry import SyntaxErrorRule
 from torchlint.source import split_lines
 from torchlint.rule import Diagnostic, Edit, Evidence, Fix, ResolvedEdit, ResolvedEvidence, ResolvedFix, Rule
@@ -79,7 +81,10 @@ def syntax_error(path: str, message: str, row: int = 1, column: int = 1) -> Diag
     )
 
 
-def lint_text(text: str, path: str, options: FileOptions) -> LintOutput:
+def lint_text(text: str, path: str, options: FileOptions, projects: Optional[Projects] = None) -> LintOutput:
+    """The findings of one file. ``projects`` holds the run's projects, whose
+    cross-file facts the lint may consult and keep; None: a fresh set for
+    this one call."""
     # CPython's compiler decides what is a syntax error (TL000), and it runs
     # first: libcst's native parser can crash the process on input CPython
     # rejects (~1,300 nested parentheses), and compiling costs a tenth of
@@ -92,12 +97,12 @@ def lint_text(text: str, path: str, options: FileOptions) -> LintOutput:
         return LintOutput([], [], False)
     try:
         with _collection_paused():
-            return with_deep_stack(_lint_module, elide_large_literals(text, tree), path, options, rules, tree)
+            return with_deep_stack(_lint_module, elide_large_literals(text, tree), path, options, rules, tree, projects)
     except RecursionError:
         return LintOutput([], [InternalError(path, "engine", "file too deeply nested to analyse")], True)
 
 
-def _lint_module(text: str, path: str, options: FileOptions, rules: Sequence[Type[Rule]], tree: Optional[ast.Module] = None) -> LintOutput:
+def _lint_module(text: str, path: str, options: FileOptions, rules: Sequence[Type[Rule]], tree: Optional[ast.Module] = None, projects: Optional[Projects] = None) -> LintOutput:
     text = text_for_libcst(text)
     try:
         module = parse_module(text)
@@ -105,7 +110,9 @@ def _lint_module(text: str, path: str, options: FileOptions, rules: Sequence[Typ
         return LintOutput([syntax_error(path, f"SyntaxError: {exc.message} (libcst cannot parse this)", exc.raw_line, exc.raw_column + 1)], [], False)
 
     project = with_target(options.project, options.target_torch)
-    ctx = FileContext(path, text, module, project=project, torch_range=for_file(project, text, tree))
+    projects = projects if projects is not None else Projects()
+    analysis = ProjectAnalysis(projects, projects.for_path(path), parse_for_analysis)
+    ctx = FileModel(path, text, module, project=project, torch_range=for_file(project, text, tree), analysis=analysis)
     in_tests = is_test_module(path)
     instances = []
     for rule in rules:
@@ -122,7 +129,7 @@ def _lint_module(text: str, path: str, options: FileOptions, rules: Sequence[Typ
         failed.setdefault(rule, InternalError(path, rule.code, "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))))
 
     visits, leaves = build_dispatch(instances)
-    Walker(ctx, visits, leaves, on_error).walk(module)
+    Walker(Collector(ctx), visits, leaves, on_error).walk(module)
     for instance in instances:
         if instance in failed:
             continue
@@ -142,7 +149,7 @@ def _lint_module(text: str, path: str, options: FileOptions, rules: Sequence[Typ
     return LintOutput(diagnostics, list(failed.values()), True)
 
 
-def _release(ctx: FileContext, instances: Sequence[Rule]) -> None:
+def _release(ctx: FileModel, instances: Sequence[Rule]) -> None:
     """Break the reference cycles of one file's analysis (the context, its
     facts, their sites and the rules point at one another), so that reference
     counting frees the tree as soon as the lint returns. Left to the cyclic
@@ -155,6 +162,21 @@ def _release(ctx: FileContext, instances: Sequence[Rule]) -> None:
         vars(loop).clear()
     for owner in (*instances, ctx.batches, facts, ctx):
         vars(owner).clear()
+
+
+def parse_for_analysis(text: str, path: str) -> Optional[Tuple[str, cst.Module]]:
+    """Another file of the project, parsed as a lint parses it (CPython's
+    compiler first, large literals elided, backslash-only lines blanked,
+    libcst without per-node validation): the text libcst read and its tree,
+    or None when the file does not parse (its own lint reports why)."""
+    tree, errors = _python_tree(text, path)
+    if errors:
+        return None
+    text = text_for_libcst(elide_large_literals(text, tree))
+    try:
+        return text, with_deep_stack(parse_module, text)
+    except Exception:
+        return None
 
 
 def parse_module(text: str) -> cst.Module:

@@ -23,7 +23,7 @@ from libcst._nodes.internal import CodegenState
 from libcst._position import CodePosition, CodeRange
 from libcst.metadata.position_provider import NEWLINE_RE
 
-from torchlint.walker import child_nodes
+from torchlint.tree import child_nodes
 
 
 def positions_of(module: cst.Module, nodes: Iterable[cst.CSTNode]) -> Mapping[cst.CSTNode, CodeRange]:

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import ast
 import configparser
-import functools
+import hashlib
 import os
 import re
 import sys
@@ -327,29 +327,35 @@ def from_dockerfile(text: str) -> Tuple[List[Tuple[Version, Version]], List[str]
     return images, requirements
 
 
-# -- discovery -------------------------------------------------------------------
-@functools.lru_cache(maxsize=4096)
-def find_root(directory: str) -> Optional[str]:
-    """The nearest directory at or above ``directory`` with a root marker."""
-    current = os.path.abspath(directory)
+# -- discovery: the one root finder ------------------------------------------------
+_PACKAGING_MARKERS = ("pyproject.toml", "setup.cfg", "setup.py")
+
+
+def find_root(path: str) -> Optional[str]:
+    """The project ``path`` (a file or a folder) belongs to: the nearest folder
+    at or above it with a ``pyproject.toml``, ``setup.cfg`` or packaging
+    ``setup.py``; without one, the nearest with ``.git``; else None. The
+    config, the result cache and the analysis all ask this one function."""
+    absolute = os.path.abspath(path)
+    start = absolute if os.path.isdir(absolute) else os.path.dirname(absolute)
+    found = _nearest(start, _PACKAGING_MARKERS)
+    return found if found is not None else _nearest(start, (".git",))
+
+
+def _nearest(folder: str, markers: Tuple[str, ...]) -> Optional[str]:
     while True:
-        if any(_is_root_marker(os.path.join(current, marker)) for marker in _ROOT_MARKERS):
-            return current
-        parent = os.path.dirname(current)
-        if parent == current:
+        if any(_is_root_marker(os.path.join(folder, marker)) for marker in markers):
+            return folder
+        parent = os.path.dirname(folder)
+        if parent == folder:
             return None
-        current = parent
+        folder = parent
 
 
-def _is_root_marker(path: str) -> bool:
-    """A marker file exists; a ``setup.py`` must be a packaging script (a
-    package may have a module of that name, ``pkg/eval/setup.py``)."""
-    if not os.path.exists(path):
-        return False
-    if not path.endswith("setup.py"):
-        return True
-    text = _read(path) or ""
-    return "setuptools" in text or "distutils" in text or "setup(" in text and "install_requires" in text
+def is_project_root(folder: str) -> bool:
+    """Does ``folder`` start a project of its own (a nested one is skipped by
+    the project around it)?"""
+    return any(_is_root_marker(os.path.join(folder, marker)) for marker in _ROOT_MARKERS)
 
 
 def _manifest_paths(root: str) -> Iterable[Tuple[str, str]]:
@@ -525,7 +531,7 @@ def scan_sources(root: str) -> Tuple[Optional[Tuple[Version, str]], Tuple[str, .
     cuda_only: List[str] = []
     scanned = 0
     for directory, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not d.startswith("."))
+        dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not d.startswith(".") and not is_project_root(os.path.join(directory, d)))
         for name in sorted(files):
             if not name.endswith(".py"):
                 continue
@@ -551,8 +557,11 @@ def raise_floor(torch: TorchRange, floor: Optional[Tuple[Version, str]]) -> Torc
     return TorchRange(floor[0], upper, torch.sources + (floor[1],))
 
 
-@functools.lru_cache(maxsize=256)
-def _facts_for_root(root: str, read_config: bool = True) -> ProjectFacts:
+def facts_for_root(root: Optional[str], read_config: bool = True) -> ProjectFacts:
+    """What the manifests in ``root`` declare, raised by the API use of the
+    project's own files (nested projects left out)."""
+    if root is None:
+        return ProjectFacts()
     declared, extensions = declared_range(root, read_config)
     floor, cuda_only = scan_sources(root)
     if declared.lower is None:
@@ -563,25 +572,132 @@ def _facts_for_root(root: str, read_config: bool = True) -> ProjectFacts:
     return ProjectFacts(root=root, torch=declared, cuda_extensions=extensions, cuda_only_modules=cuda_only)
 
 
-def clear_caches() -> None:
-    """Forget the roots and facts found so far (a long-lived process whose
-    project files changed; tests)."""
-    find_root.cache_clear()
-    _facts_for_root.cache_clear()
-    from torchlint import crossfile  # (imported here: crossfile needs libcst, project facts do not)
-
-    crossfile.clear_caches()
+_SKIPPED_SOURCE_DIRS = frozenset({"__pycache__", "node_modules", "build", "dist", "site-packages", "venv", "env"})
+_MAX_FILES = 5000
 
 
-def project_facts(path: str, read_config: bool = True) -> ProjectFacts:
-    """The facts of the project that ``path`` (a file or directory) belongs to.
-    ``read_config=False`` (``--isolated``) ignores ``[tool.torchlint] target-torch``."""
-    if not path or path == "-":
-        return ProjectFacts()
-    absolute = os.path.abspath(path)
-    directory = absolute if os.path.isdir(absolute) else os.path.dirname(absolute)
-    root = find_root(directory)
-    return _facts_for_root(root, read_config) if root is not None else ProjectFacts()
+class Project:
+    """One project: its root, its files, its facts, and what the analysis of
+    its files learnt, kept for the process that made it (``memo``).
+
+    A folder without a root marker (scripts beside a package, no manifest)
+    is a project for the analysis (its imports resolve against its tree) but
+    declares nothing: its facts are empty."""
+
+    def __init__(self, root: str, marked: bool) -> None:
+        self.root = root
+        self.marked = marked
+        self._facts: Dict[bool, ProjectFacts] = {}
+        self._files: Optional[List[str]] = None
+        self._texts: Optional[Dict[str, str]] = None
+        self._memo: Dict[str, Dict[Any, Any]] = {}
+
+    def facts(self, read_config: bool = True) -> ProjectFacts:
+        """The supported torch range and the CUDA-only modules; ``read_config=False``
+        (``--isolated``) ignores ``[tool.torchlint] target-torch``."""
+        found = self._facts.get(read_config)
+        if found is None:
+            found = self._facts[read_config] = facts_for_root(self.root if self.marked else None, read_config)
+        return found
+
+    def files(self) -> List[str]:
+        """The project's Python files, without those of projects nested in it."""
+        if self._files is None:
+            found: List[str] = []
+            for folder, dirs, names in os.walk(self.root):
+                dirs[:] = sorted(
+                    d for d in dirs if not d.startswith(".") and d not in _SKIPPED_SOURCE_DIRS and not is_project_root(os.path.join(folder, d))
+                )
+                found.extend(os.path.join(folder, n) for n in sorted(names) if n.endswith(".py"))
+                if len(found) > _MAX_FILES:
+                    break
+            self._files = found
+        return self._files
+
+    def texts(self) -> Dict[str, str]:
+        """Path -> decoded text of every file of ``files()`` that can be read."""
+        if self._texts is None:
+            from torchlint import source as sources
+
+            self._texts = {}
+            for path in self.files():
+                try:
+                    with open(path, "rb") as handle:
+                        self._texts[path] = sources.decode(handle.read()).text
+                except (OSError, sources.DecodeError):
+                    continue  # the lint of the file reports it
+        return self._texts
+
+    def memo(self, table: str) -> Dict[Any, Any]:
+        """A table of answers about this project, kept as long as the project is."""
+        return self._memo.setdefault(table, {})
+
+    def digest(self) -> str:
+        """What the project's cross-file facts are computed from: every file
+        of it, by path, size and modification time (the result cache's
+        dependency record)."""
+        hasher = hashlib.sha256()
+        for path in self.files():
+            try:
+                stat = os.stat(path)
+            except OSError:
+                continue
+            hasher.update(f"{os.path.relpath(path, self.root)}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode("utf-8", "surrogatepass"))
+        return hasher.hexdigest()
+
+
+class Projects:
+    """The projects of one run (the CLI, a flake8 process, one ``lint_text``
+    call): each root found once, each project made once. Also records which
+    projects a lint consulted beyond its own file, for the result cache."""
+
+    def __init__(self) -> None:
+        self._by_folder: Dict[str, Project] = {}
+        self._by_root: Dict[str, Project] = {}
+        self._consulted: Optional[set] = None
+
+    def for_path(self, path: str) -> Project:
+        absolute = os.path.abspath(path)
+        folder = absolute if os.path.isdir(absolute) else os.path.dirname(absolute)
+        project = self._by_folder.get(folder)
+        if project is None:
+            root = find_root(folder)
+            marked = root is not None
+            if root is None:
+                root = _package_folder(folder)
+            project = self._by_root.get(root)
+            if project is None:
+                project = self._by_root[root] = Project(root, marked)
+            self._by_folder[folder] = project
+        return project
+
+    def consult(self, project: Project) -> None:
+        """A lint read facts of other files of ``project``."""
+        if self._consulted is not None:
+            self._consulted.add(project.root)
+
+    def record_consulted(self) -> None:
+        """Start recording the project roots the next lint consults."""
+        self._consulted = set()
+
+    def consulted(self) -> List[str]:
+        """The project roots consulted since ``record_consulted``; stops recording."""
+        roots, self._consulted = sorted(self._consulted or ()), None
+        return roots
+
+    def digest(self, root: str) -> str:
+        return self.for_path(root).digest()
+
+
+def _package_folder(folder: str) -> str:
+    """Without a root marker: the folder that holds the file's top-level
+    package (``data/build.py`` of a package ``data/`` and the ``main.py``
+    beside ``data/`` are one project)."""
+    for _ in range(12):
+        if not os.path.exists(os.path.join(folder, "__init__.py")):
+            break
+        folder = os.path.dirname(folder)
+    return folder
 
 
 # test_x.py, x_test.py, conftest.py, or anything under test/, tests/, testing/

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Dict, List, Optional, Sequence,
 
 if TYPE_CHECKING:  # pragma: no cover
     import libcst as cst
-    from torchlint.context import FileContext
+    from torchlint.model import FileModel
 
 SAFE = "safe"
 UNSAFE = "unsafe"
@@ -198,7 +198,7 @@ class Rule:
     VALID: ClassVar[List[Valid]] = []
     INVALID: ClassVar[List[Invalid]] = []
 
-    def __init__(self, ctx: "FileContext", options: Dict[str, Any]) -> None:
+    def __init__(self, ctx: "FileModel", options: Dict[str, Any]) -> None:
         self.ctx = ctx
         self.opts = options
 

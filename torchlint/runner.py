@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import difflib
+import functools
 import os
 import re
 from collections import Counter
@@ -10,10 +11,10 @@ from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Sequ
 
 import libcst as cst
 
-from torchlint import crossfile
 from torchlint import source as sources
 from torchlint.fixer import fix_text, is_applicable
 from torchlint.linter import FileOptions, InternalError, LintOutput, lint_text, syntax_error, why_unparsable
+from torchlint.project import Projects
 from torchlint.rule import Diagnostic
 from torchlint.workers import run_isolated
 
@@ -48,13 +49,15 @@ class FileResult:
     depends_on: List[str] = field(default_factory=list)
 
 
-def run_text(text: str, job: Job) -> Tuple[FileResult, str]:
-    """Lint or fix one already-decoded text; returns the result and the new text."""
+def run_text(text: str, job: Job, projects: Optional[Projects] = None) -> Tuple[FileResult, str]:
+    """Lint or fix one already-decoded text; returns the result and the new text.
+    ``projects``: the run's projects (cross-file facts learnt so far), else a fresh set."""
+    projects = projects if projects is not None else Projects()
     result = FileResult(job.path)
     new_text = text
     if job.mode in (FIX, DIFF):
         fixable = (lambda code: code in job.fixable) if job.fixable is not None else (lambda code: True)
-        fixed = fix_text(text, job.path, job.options, job.unsafe_fixes, fixable)
+        fixed = fix_text(text, job.path, job.options, job.unsafe_fixes, fixable, projects)
         new_text, result.fixed, result.fix_error = fixed.text, fixed.applied, fixed.error
         output: LintOutput = fixed.remaining  # type: ignore[assignment]
         if job.mode == DIFF and new_text != text:
@@ -65,22 +68,22 @@ def run_text(text: str, job: Job) -> Tuple[FileResult, str]:
             )
             new_text = text
     else:
-        crossfile.record_consulted()
+        projects.record_consulted()
         try:
-            output = lint_text(text, job.path, job.options)
+            output = lint_text(text, job.path, job.options, projects)
         finally:
-            result.depends_on = crossfile.consulted()
+            result.depends_on = projects.consulted()
         if job.mode == ADD_NOQA and output.diagnostics:
             new_text, result.noqa_added, result.fix_error = add_noqa(text, output.diagnostics, job.noqa_reason)
             if result.fix_error is None:
-                output = lint_text(new_text, job.path, job.options)
+                output = lint_text(new_text, job.path, job.options, projects)
     result.diagnostics, result.errors = output.diagnostics, output.errors
     if result.diagnostics:
         result.text = new_text
     return result, new_text
 
 
-def run_file(job: Job) -> FileResult:
+def run_file(job: Job, projects: Optional[Projects] = None) -> FileResult:
     try:
         with open(job.path, "rb") as handle:
             data = handle.read()
@@ -92,10 +95,10 @@ def run_file(job: Job) -> FileResult:
         return FileResult(job.path, [syntax_error(job.path, f"cannot decode file: {exc}")])
     writes = job.mode in (FIX, ADD_NOQA)
     if writes and not sources.is_writable(job.path):
-        result, _ = run_text(decoded.text, Job(job.path, job.options, CHECK))
+        result, _ = run_text(decoded.text, Job(job.path, job.options, CHECK), projects)
         result.fix_error = "file is read-only; not fixed"
         return result
-    result, new_text = run_text(decoded.text, job)
+    result, new_text = run_text(decoded.text, job, projects)
     if new_text != decoded.text and writes:
         try:
             sources.write_in_place(job.path, decoded.encode(new_text))
@@ -105,7 +108,7 @@ def run_file(job: Job) -> FileResult:
         except UnicodeEncodeError as exc:
             why = f"fixed code cannot be encoded as {decoded.encoding}: {exc.reason}"
         # Nothing was written: report the findings of the file as it is.
-        result, _ = run_text(decoded.text, Job(job.path, job.options, CHECK))
+        result, _ = run_text(decoded.text, Job(job.path, job.options, CHECK), projects)
         result.fix_error = why
     return result
 
@@ -120,12 +123,16 @@ def run(
     workers: int,
     cache: Optional["ResultCache"] = None,
     on_result: Optional[Callable[[int], None]] = None,
+    projects: Optional[Projects] = None,
 ) -> List[FileResult]:
     """Results in the order of ``jobs``, whatever order the workers finish in.
     With a ``cache``, unchanged files checked before are not linted again.
-    ``on_result(done)`` follows progress (cache hits count as done at once)."""
+    ``on_result(done)`` follows progress (cache hits count as done at once).
+    ``projects``: the run's projects; each worker process starts with them
+    (forked) and keeps what its lints learn about them."""
+    projects = projects if projects is not None else Projects()
     if cache is None:
-        return _run_all(jobs, workers, on_result)
+        return _run_all(jobs, workers, on_result, projects)
     results: List[Optional[FileResult]] = [None] * len(jobs)
     keys: Dict[int, str] = {}
     for index, job in enumerate(jobs):
@@ -142,21 +149,21 @@ def run(
     if on_result is not None and hits:
         on_result(hits)
     progress = None if on_result is None else (lambda done: on_result(hits + done))
-    for index, result in zip(misses, _run_all([jobs[i] for i in misses], workers, progress)):
+    for index, result in zip(misses, _run_all([jobs[i] for i in misses], workers, progress, projects)):
         results[index] = result
         if index in keys and not result.errors:
             cache.put(keys[index], result)
     return results  # type: ignore[return-value]
 
 
-def _run_all(jobs: Sequence[Job], workers: int, on_result: Optional[Callable[[int], None]]) -> List[FileResult]:
+def _run_all(jobs: Sequence[Job], workers: int, on_result: Optional[Callable[[int], None]], projects: Projects) -> List[FileResult]:
     """Files are linted in child processes where the platform can fork, so
     that a crash costs only the file it happened on."""
     if hasattr(os, "fork"):
-        return run_isolated(run_file, jobs, max(1, workers), crashed, on_result)
+        return run_isolated(functools.partial(run_file, projects=projects), jobs, max(1, workers), crashed, on_result)
     results = []  # pragma: no cover - Windows: in process, one at a time
     for job in jobs:
-        results.append(run_file(job))
+        results.append(run_file(job, projects))
         if on_result is not None:
             on_result(len(results))
     return results

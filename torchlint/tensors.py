@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Optional, Set
 import libcst as cst
 
 from torchlint.names import dotted_name, last_name
+from torchlint.vocabulary import DEVICE_VARIABLE, DTYPE_VARIABLE, UNKNOWN_PART
 
 if TYPE_CHECKING:  # pragma: no cover
-    from torchlint.context import FileContext
+    from torchlint.model import FileModel
 
 # Methods that read a tensor back to the host.
 HOST_READS = frozenset({"item", "tolist", "numpy", "cpu"})
@@ -42,7 +43,7 @@ _NUMPY = ("numpy.", "np.")
 _PREDICATE_CALLEE = re.compile(r"^_*(is|has|should|can|use|get|load|build|create|make|init)_")
 
 
-def tensor_evidence(ctx: "FileContext", expr: cst.BaseExpression, _seen: Optional[Set[str]] = None) -> Optional[bool]:
+def tensor_evidence(ctx: "FileModel", expr: cst.BaseExpression, _seen: Optional[Set[str]] = None) -> Optional[bool]:
     seen = _seen if _seen is not None else set()
     if isinstance(expr, (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.FormattedString, cst.ConcatenatedString)):
         return False
@@ -67,10 +68,10 @@ def tensor_evidence(ctx: "FileContext", expr: cst.BaseExpression, _seen: Optiona
     return None
 
 
-def _ternary_evidence(ctx: "FileContext", expr: cst.IfExp, seen) -> Optional[bool]:
+def _ternary_evidence(ctx: "FileModel", expr: cst.IfExp, seen) -> Optional[bool]:
     """``acc if mixup is None else None``: a tensor on one branch and ``None`` (or
     another tensor) on the other is a tensor where it matters, as for a name
-    given ``None`` in an ``else`` (``FileContext._none_on_other_branch``)."""
+    given ``None`` in an ``else`` (``Collector._none_on_other_branch``)."""
     branches = [tensor_evidence(ctx, b, seen) if not _is_none(b) else "none" for b in (expr.body, expr.orelse)]
     if True in branches and all(b in (True, "none") for b in branches):
         return True
@@ -83,7 +84,7 @@ def _is_none(expr: cst.BaseExpression) -> bool:
     return isinstance(expr, cst.Name) and expr.value == "None"
 
 
-def _any_tensor(ctx: "FileContext", parts, seen) -> Optional[bool]:
+def _any_tensor(ctx: "FileModel", parts, seen) -> Optional[bool]:
     answers = [tensor_evidence(ctx, part, seen) for part in parts]
     if any(a is True for a in answers):
         return True
@@ -92,7 +93,7 @@ def _any_tensor(ctx: "FileContext", parts, seen) -> Optional[bool]:
     return None
 
 
-def _call_evidence(ctx: "FileContext", call: cst.Call, seen) -> Optional[bool]:
+def _call_evidence(ctx: "FileModel", call: cst.Call, seen) -> Optional[bool]:
     func = call.func
     qname = ctx.names.qualified_name(func)
     if qname is not None:
@@ -128,7 +129,7 @@ def _model_or_loss(name: str) -> bool:
     return names_a_module(name) or bool(_LOSS_CALLEE.search(name))
 
 
-def _sum_evidence(ctx: "FileContext", items: cst.BaseExpression, seen) -> Optional[bool]:
+def _sum_evidence(ctx: "FileModel", items: cst.BaseExpression, seen) -> Optional[bool]:
     """Python's ``sum()`` of tensors is a tensor: ``sum(loss_dict.values())``,
     ``sum(l for l in losses)``, ``sum([a, b])``; of anything else, unknown."""
     if isinstance(items, cst.Call) and isinstance(items.func, cst.Attribute) and items.func.attr.value == "values":
@@ -140,7 +141,7 @@ def _sum_evidence(ctx: "FileContext", items: cst.BaseExpression, seen) -> Option
     return None
 
 
-def _name_evidence(ctx: "FileContext", expr: cst.BaseExpression, seen) -> Optional[bool]:
+def _name_evidence(ctx: "FileModel", expr: cst.BaseExpression, seen) -> Optional[bool]:
     name = dotted_name(expr)
     if name is None:
         return None
@@ -149,7 +150,7 @@ def _name_evidence(ctx: "FileContext", expr: cst.BaseExpression, seen) -> Option
     seen.add(name)
     value = ctx.value_of(name)
     if value is not None:
-        if isinstance(value, cst.Name) and value.value == "__unpacked__":
+        if value is UNKNOWN_PART:
             return None
         return tensor_evidence(ctx, value, seen)
     # Never assigned in this scope (a parameter, a global, an attribute):
@@ -171,7 +172,7 @@ _HOST_FACTORIES = re.compile(
 )
 
 
-def lives_on_host(ctx: "FileContext", expr: cst.BaseExpression, _depth: int = 0) -> bool:
+def lives_on_host(ctx: "FileModel", expr: cst.BaseExpression, _depth: int = 0) -> bool:
     """Is ``expr`` evidently a tensor in host memory, so that reading it
     (``.numpy()``, ``.item()``) waits for nothing? ``torch.from_numpy(...)``,
     a factory without ``device=``, a ``.cpu()`` result, a part of a loader's
@@ -214,7 +215,7 @@ def lives_on_host(ctx: "FileContext", expr: cst.BaseExpression, _depth: int = 0)
         if origin is not None and origin.kind != "pinned":
             return True  # batch data straight from the loader: host memory
         value = ctx.value_of(dotted_name(expr))
-        if value is not None and not (isinstance(value, cst.Name) and value.value == "__unpacked__"):
+        if value is not None and not (value is UNKNOWN_PART):
             return lives_on_host(ctx, value, _depth + 1)
     return False
 
@@ -236,11 +237,9 @@ def already_on_host(expr: cst.BaseExpression) -> bool:
 
 
 # -- device moves: ``x.to(device)``, ``x.cuda()``, ``x.to("cpu")`` ---------------
-_DEVICE_NAME = re.compile(r"(?i)(^|_)(device|dev|devices|gpu|rank_device|target_device)$|^(cuda_)?device")
-_DTYPE_NAME = re.compile(r"(?i)(dtype|precision)$")
 
 
-def device_kind(ctx: "FileContext", expr: cst.BaseExpression) -> Optional[str]:
+def device_kind(ctx: "FileModel", expr: cst.BaseExpression) -> Optional[str]:
     """Is ``expr`` evidently a device, and which: "cpu", "device" (an
     accelerator, or a device variable), or None when it is not evidently a
     device (a dtype, another tensor, something unknown)."""
@@ -267,12 +266,12 @@ def device_kind(ctx: "FileContext", expr: cst.BaseExpression) -> Optional[str]:
     if isinstance(expr, cst.Attribute) and expr.attr.value == "device":
         return "device"  # ``other.device``: wherever another tensor lives
     name = last_name(expr) if isinstance(expr, (cst.Name, cst.Attribute)) else None
-    if name and _DEVICE_NAME.search(name) and not _DTYPE_NAME.search(name):
+    if name and DEVICE_VARIABLE.search(name) and not DTYPE_VARIABLE.search(name):
         return "device"
     return None
 
 
-def device_move(ctx: "FileContext", call: cst.Call) -> Optional[str]:
+def device_move(ctx: "FileModel", call: cst.Call) -> Optional[str]:
     """Classify a ``.to(...)``/``.cuda()``/``.cpu()`` call by where it moves the
     receiver: "device" (an accelerator or a device variable), "cpu", or None
     (not a device move: dtype-only casts, ``.to(other)``, unknown arguments).
@@ -314,7 +313,7 @@ _TORCH_FACTORY = re.compile(
 )
 
 
-def requires_grad_evidence(ctx: "FileContext", expr: cst.BaseExpression, _seen: Optional[Set[str]] = None) -> Optional[bool]:
+def requires_grad_evidence(ctx: "FileModel", expr: cst.BaseExpression, _seen: Optional[Set[str]] = None) -> Optional[bool]:
     """Does ``expr`` evidently carry autograd history? True for model and loss
     outputs and arithmetic on them; False for detached values, host reads,
     integer/boolean results and factory tensors; None when unknown. Whether
@@ -345,14 +344,14 @@ def requires_grad_evidence(ctx: "FileContext", expr: cst.BaseExpression, _seen: 
         seen.add(name)
         value = ctx.value_of(name)
         if value is not None:
-            if isinstance(value, cst.Name) and value.value == "__unpacked__":
+            if value is UNKNOWN_PART:
                 return None
             return requires_grad_evidence(ctx, value, seen)
         return True if tensor_evidence(ctx, expr) is True else None
     return None
 
 
-def _call_grad_evidence(ctx: "FileContext", call: cst.Call, seen: Set[str]) -> Optional[bool]:
+def _call_grad_evidence(ctx: "FileModel", call: cst.Call, seen: Set[str]) -> Optional[bool]:
     func = call.func
     if isinstance(func, cst.Name) and func.value in ("float", "int", "bool", "len", "str", "round", "repr", "format"):
         return False
@@ -403,7 +402,7 @@ def is_module_base(base: str) -> bool:
     return bool(_MODULE_BASE.search(base))
 
 
-def module_evidence(ctx: "FileContext", expr: cst.BaseExpression) -> bool:
+def module_evidence(ctx: "FileModel", expr: cst.BaseExpression) -> bool:
     """Is ``expr`` evidently an ``nn.Module`` (``model``, ``self.encoder``,
     something built by ``torch.nn.Linear(...)``)? Moving a module is in place."""
     name = dotted_name(expr)

@@ -8,71 +8,15 @@ a ``visit_<Type>``/``leave_<Type>`` method for its type.
 """
 from __future__ import annotations
 
-import dataclasses
-from typing import Callable, Dict, List, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Sequence, Tuple
 
 import libcst as cst
 
-from torchlint.context import FileContext
+from torchlint.collector import Collector
+from torchlint.tree import _IS_NODE, _child_fields, _is_node_type
 
-# Fields that hold only whitespace, punctuation, or tokens the rules read
-# directly from their parent (``BinaryOperation.operator``).
-_SKIPPED_FIELDS = frozenset(
-    {
-        "lpar", "rpar", "comma", "colon", "semicolon", "header", "footer", "leading_lines",
-        "lines_after_decorators", "trailing_whitespace", "newline", "equal", "star", "operator",
-        "dot", "lbrace", "rbrace", "lbracket", "rbracket", "first_colon", "second_colon",
-        "empty_lines", "indent", "default_indent", "default_newline", "encoding",
-        "has_trailing_newline", "asynchronous", "posonly_ind", "comment", "separator",
-        "relative", "conversion", "whitespace", "await_", "trailing_comma",
-    }
-)
-# Source order where dataclass field order differs from it.
-_FIELD_ORDER = {
-    cst.FunctionDef: ("decorators", "name", "params", "returns", "body"),
-    cst.ClassDef: ("decorators", "name", "bases", "keywords", "body"),
-    cst.IfExp: ("body", "test", "orelse"),
-}
-_CHILD_FIELDS: Dict[type, Tuple[str, ...]] = {}
-
-
-def _child_fields(node_type: type) -> Tuple[str, ...]:
-    fields = _CHILD_FIELDS.get(node_type)
-    if fields is None:
-        fields = _FIELD_ORDER.get(node_type) or tuple(
-            f.name
-            for f in dataclasses.fields(node_type)
-            if f.name not in _SKIPPED_FIELDS and not f.name.startswith("whitespace")
-        )
-        _CHILD_FIELDS[node_type] = fields
-    return fields
-
-
-_IS_NODE: Dict[type, bool] = {}
-
-
-def _is_node_type(value_type: type) -> bool:
-    # CSTNode is an ABC, and isinstance() against an ABC is slow; the set of
-    # types met in a tree is small, so cache the answer per type.
-    answer = _IS_NODE.get(value_type)
-    if answer is None:
-        answer = _IS_NODE[value_type] = issubclass(value_type, cst.CSTNode)
-    return answer
-
-
-def child_nodes(node: cst.CSTNode) -> List[cst.CSTNode]:
-    """The code-bearing children of ``node``, in source order; much cheaper
-    than libcst's ``node.children``, which rebuilds the node to find them."""
-    result: List[cst.CSTNode] = []
-    for name in _child_fields(type(node)):
-        value = getattr(node, name)
-        value_type = type(value)
-        if value_type is tuple or value_type is list:
-            result.extend(item for item in value if _is_node_type(type(item)))
-        elif _is_node_type(value_type):
-            result.append(value)
-    return result
-
+if TYPE_CHECKING:  # pragma: no cover
+    from torchlint.model import FileModel
 
 Dispatch = Dict[type, List[Callable[[cst.CSTNode], None]]]
 
@@ -109,8 +53,9 @@ class Walker:
     """Walks one tree. A rule method that raises is reported to ``on_error``
     and that rule is switched off for the rest of the file; the walk goes on."""
 
-    def __init__(self, ctx: FileContext, visits: Dispatch, leaves: Dispatch, on_error: Callable[[Callable, BaseException], None]) -> None:
-        self.ctx = ctx
+    def __init__(self, collector: Collector, visits: Dispatch, leaves: Dispatch, on_error: Callable[[Callable, BaseException], None]) -> None:
+        self.collector = collector
+        self.ctx: "FileModel" = collector.model  # the walk's position is kept on the model
         self.visits = visits
         self.leaves = leaves
         self.on_error = on_error
@@ -160,7 +105,7 @@ class Walker:
         hook, has_visits, special, fields, has_leaves, leave_hook = plan
         ctx.stack.append(node)
         if hook is not None:
-            hook(ctx, node)
+            hook(self.collector, node)
         if has_visits:
             self._dispatch(self.visits, node_type, node)
         if special is not None:
@@ -170,7 +115,7 @@ class Walker:
         if has_leaves:
             self._dispatch(self.leaves, node_type, node)
         if leave_hook is not None:
-            leave_hook(ctx, node)
+            leave_hook(self.collector, node)
         ctx.stack.pop()
 
     def _plan(self, node_type: type) -> tuple:
@@ -212,12 +157,12 @@ class Walker:
     def _function(self, node: cst.FunctionDef) -> None:
         ctx = self.ctx
         self._children(node, ("decorators", "params", "returns"))
-        info = ctx.enter_function(node)
+        info = self.collector.enter_function(node)
         saved = ctx.function, ctx.loop, ctx.values
         ctx.function, ctx.loop, ctx.values = info, None, {}
         self._visit(node.body)
         ctx.function, ctx.loop, ctx.values = saved
-        ctx.leave_function(info)
+        self.collector.leave_function(info)
 
     def _class(self, node: cst.ClassDef) -> None:
         ctx = self.ctx
@@ -235,7 +180,7 @@ class Walker:
             self._children(node, ("target", "iter"))
         else:
             self._visit(node.test)  # type: ignore[attr-defined]
-        info = ctx.enter_loop(node)
+        info = self.collector.enter_loop(node)
         saved = ctx.loop
         ctx.loop = info
         self._visit(node.body)  # type: ignore[attr-defined]
@@ -253,24 +198,24 @@ _SPECIAL: Dict[type, Callable[[Walker, cst.CSTNode], None]] = {
     cst.For: Walker._loop,
     cst.While: Walker._loop,
 }
-_ENGINE_HOOKS: Dict[type, Callable[[FileContext, cst.CSTNode], None]] = {
-    cst.Import: FileContext.enter_import,
-    cst.ImportFrom: FileContext.enter_import,
-    cst.Call: FileContext.enter_call,
-    cst.Assign: FileContext.enter_assign,
-    cst.AugAssign: FileContext.enter_augassign,
-    cst.AnnAssign: FileContext.enter_annassign,
-    cst.With: FileContext.enter_with,
-    cst.If: FileContext.enter_if,
-    cst.Assert: FileContext.enter_assert,
-    cst.ListComp: FileContext.enter_comprehension,
-    cst.SetComp: FileContext.enter_comprehension,
-    cst.DictComp: FileContext.enter_comprehension,
-    cst.GeneratorExp: FileContext.enter_comprehension,
-    cst.Lambda: FileContext.enter_lambda,
+_ENGINE_HOOKS: Dict[type, Callable[[Collector, cst.CSTNode], None]] = {
+    cst.Import: Collector.enter_import,
+    cst.ImportFrom: Collector.enter_import,
+    cst.Call: Collector.enter_call,
+    cst.Assign: Collector.enter_assign,
+    cst.AugAssign: Collector.enter_augassign,
+    cst.AnnAssign: Collector.enter_annassign,
+    cst.With: Collector.enter_with,
+    cst.If: Collector.enter_if,
+    cst.Assert: Collector.enter_assert,
+    cst.ListComp: Collector.enter_comprehension,
+    cst.SetComp: Collector.enter_comprehension,
+    cst.DictComp: Collector.enter_comprehension,
+    cst.GeneratorExp: Collector.enter_comprehension,
+    cst.Lambda: Collector.enter_lambda,
 }
 # After the rules' ``leave_`` methods, so they see the bindings of before the node.
-_ENGINE_LEAVE_HOOKS: Dict[type, Callable[[FileContext, cst.CSTNode], None]] = {
-    cst.Assign: FileContext.leave_assign,
-    cst.Lambda: FileContext.leave_lambda,
+_ENGINE_LEAVE_HOOKS: Dict[type, Callable[[Collector, cst.CSTNode], None]] = {
+    cst.Assign: Collector.leave_assign,
+    cst.Lambda: Collector.leave_lambda,
 }

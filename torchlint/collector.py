@@ -1,160 +1,66 @@
-"""Per-file state shared by all rules during the single walk.
+"""The collector: the one writer of a file's facts.
 
-The engine's own bookkeeping (imports, functions, loops, DataLoaders, dict
-literals, CUDA-availability flags) happens here, in ``enter_*`` hooks the
-walker calls before any rule sees the node.
+The walker calls its ``enter_*``/``leave_*`` hooks before (after) any rule
+sees a node; each hook records what the node means for the module (imports,
+functions, loops and their call sites, loaders, dicts, constants, argparse
+defaults, batch provenance, CUDA-availability guards) into the file's
+``FileModel`` and ``ModuleFacts``. Rules never write facts; they query the
+model (``torchlint.model``).
 """
 from __future__ import annotations
 
-import re
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional
 
 import libcst as cst
 
-from torchlint.analysis import Site, is_no_grad_item, mentions_cuda_availability
-from torchlint.batches import BatchFlow, target_names
-from torchlint.facts import (
-    CallRecord,
-    FunctionInfo,
-    LoaderInfo,
-    LoopInfo,
-    ModuleFacts,
-    is_dataloader_call,
-    keyword,
-    literal_bool,
-    optimizer_receiver,
-)
-from torchlint.names import ImportTable, dotted_name, last_name
-from torchlint.project import ProjectFacts, TorchRange
-from torchlint.rule import Edit, Evidence, Fix
+from torchlint.analysis import is_no_grad_item, mentions_cuda_availability
+from torchlint.batches import target_names
+from torchlint.facts import CallRecord, FunctionInfo, LoaderInfo, LoopInfo, is_dataloader_call, keyword, literal_bool
+from torchlint.names import dotted_name, last_name
 from torchlint.tensors import device_move, tensor_evidence
+from torchlint.vocabulary import BUILTIN_CALLS, EXIT_CALLS, UNKNOWN_PART, is_training_step_call
 
 if TYPE_CHECKING:  # pragma: no cover
-    from torchlint.rule import Rule
-
-# Stands for "one element of an unpacked value": known to be assigned, not what.
-_UNKNOWN_PART = cst.Name("__unpacked__")
-_EXIT_CALLS = frozenset({"sys.exit", "exit", "quit", "os._exit"})
-# Code that places tensors on a device or trains (prose in docstrings rarely matches).
-_NAMES_A_DEVICE_OR_TRAINS = re.compile(r"\bcuda\b|\bdevice_map\b|\.to\(|\bdevice\s*=|\.(backward|step|prepare|setup)\(|\b(xpu|mps)\b")
-# Builtins whose calls are not calls of module functions.
-_BUILTIN_CALLS = frozenset({"print", "len", "range", "isinstance", "getattr", "hasattr", "setattr", "int", "float", "str", "bool", "list", "dict", "tuple", "set", "enumerate", "zip", "super", "min", "max", "sum", "abs", "round", "sorted", "iter", "next", "type", "format", "open", "repr", "any", "all", "map", "filter"})
+    from torchlint.model import FileModel
 
 
-class FileContext:
-    def __init__(
-        self,
-        path: str,
-        source: str,
-        module: cst.Module,
-        target_torch: Optional[Tuple[int, int]] = None,
-        project: Optional[ProjectFacts] = None,
-        torch_range: Optional[TorchRange] = None,
-    ) -> None:
-        self.path = path
-        self.source = source
-        self.module = module
-        # The torch versions the code supports (torchlint.project); target_torch is its lower bound.
-        self.project = project or ProjectFacts()
-        self.torch_range = torch_range or TorchRange(target_torch, None)
-        self.target_torch = self.torch_range.lower
-        self.names = ImportTable()
-        self.facts = ModuleFacts(self.names, path)
-        self.stack: List[cst.CSTNode] = []
-        self.function: Optional[FunctionInfo] = None
-        self.loop: Optional[LoopInfo] = None
-        self.class_names: List[str] = []
-        # name -> the last expression assigned to it in the current scope, as
-        # far as the walk has got: "what is x here?" for visit-time questions.
-        self.values: Dict[str, cst.BaseExpression] = {}
-        self.reports: List[Tuple["Rule", cst.CSTNode, str, Optional[Fix], Tuple[Evidence, ...]]] = []
+class Collector:
+    """Records the facts of one file while the walker goes through it."""
+
+    def __init__(self, model: "FileModel") -> None:
+        self.model = model
+        self.facts = model.facts
+        self.names = model.names
+        self.batches = model.batches
         self._recorded_loaders: Dict[int, LoaderInfo] = {}
-        self._mentions_availability = "is_available" in source or "device_count" in source
-        self._host_only: Optional[bool] = None
-        # which names hold batch data, per scope (TL201, TL202, TL206 ask it)
-        self.batches = BatchFlow(self)
-        # ids of the assignment values being walked: their targets are not bound yet
-        self._assigning: set = set()
+        self._mentions_availability = "is_available" in model.source or "device_count" in model.source
+
+    # The walk's position lives on the model (its ``site()`` snapshots it);
+    # the walker moves it, the hooks read it.
+    @property
+    def function(self) -> Optional[FunctionInfo]:
+        return self.model.function
 
     @property
-    def host_only(self) -> bool:
-        """An inference client: the file never names a device and never trains,
-        so a model fed host tensors runs on the host. Read once, when asked."""
-        if self._host_only is None:
-            self._host_only = _NAMES_A_DEVICE_OR_TRAINS.search(self.source) is None
-        return self._host_only
+    def loop(self) -> Optional[LoopInfo]:
+        return self.model.loop
 
-    # -- for rules -------------------------------------------------------------
-    def report(self, rule: "Rule", node: cst.CSTNode, message: str, fix: Optional[Fix] = None, evidence: Tuple[Evidence, ...] = ()) -> None:
-        self.reports.append((rule, node, message, fix, evidence))
+    @property
+    def values(self) -> Dict[str, cst.BaseExpression]:
+        return self.model.values
 
-    def site(self) -> Site:
-        """A snapshot of where the current node sits; see ``torchlint.analysis``."""
-        return Site(self, self.stack, self.function, self.loop)
+    @property
+    def stack(self) -> List[cst.CSTNode]:
+        return self.model.stack
 
-    def qualified_name(self, node: cst.CSTNode) -> Optional[str]:
-        return self.names.qualified_name(node)
+    @property
+    def class_names(self) -> List[str]:
+        return self.model.class_names
 
-    def facts_batch_caller(
-        self,
-        function: FunctionInfo,
-        callers: Optional[Set[str]] = None,
-        is_batch_loop: Optional[Callable[[LoopInfo], bool]] = None,
-    ) -> Optional[LoopInfo]:
-        """A batch loop that calls ``function`` (perhaps through other module
-        functions) at a site that runs every iteration. Exact after the walk.
-        ``callers`` and ``is_batch_loop`` replace the defaults (every module
-        function reaching ``function``; ``LoopInfo.is_batch_loop``). Rules
-        that need no variation ask ``Site.batch_context()`` instead."""
-        callers = self.facts.callers_of(function) if callers is None else callers
-        for loop in self.facts.loops.values():
-            if loop.function is function or not (loop.is_batch_loop if is_batch_loop is None else is_batch_loop(loop)):
-                continue
-            for name in callers & loop.calls:
-                for site in loop.call_sites.get(name, ()):
-                    if not site.in_exception_path() and not site.under_periodic_guard(within=loop):
-                        return loop
-        return None
+    @property
+    def _assigning(self) -> set:
+        return self.model.assigning
 
-    def torch_below(self, major: int, minor: int = 0) -> bool:
-        """May the code run on a torch older than major.minor? False if unknown."""
-        return self.target_torch is not None and self.target_torch < (major, minor)
-
-    def torch_at_least(self, major: int, minor: int = 0) -> bool:
-        """Does every torch the code supports have major.minor's APIs? False if unknown."""
-        return self.target_torch is not None and self.target_torch >= (major, minor)
-
-    def torch_all_below(self, major: int, minor: int = 0) -> bool:
-        """Is every torch the code supports older than major.minor? False if unknown."""
-        upper = self.torch_range.upper
-        return upper is not None and upper < (major, minor)
-
-    def code_for(self, node: cst.CSTNode) -> str:
-        return self.module.code_for_node(node)
-
-    @staticmethod
-    def replace(node: cst.CSTNode, new: Any) -> Edit:
-        """An edit replacing ``node`` with ``new`` (a node or source text).
-
-        A node's position excludes its own parentheses, which stay in the
-        text; so the replacement's parentheses are dropped when the old node
-        had some (rules usually build ``new`` with ``node.with_changes``)."""
-        if isinstance(new, str):
-            return Edit(content=new, node=node)
-        if getattr(node, "lpar", None) and getattr(new, "lpar", None):
-            new = new.with_changes(lpar=[], rpar=[])
-        return Edit(content=cst.Module(body=[]).code_for_node(new), node=node, new_node=new)
-
-    @staticmethod
-    def insert_line_before(node: cst.CSTNode, line: str) -> Edit:
-        """An edit inserting ``line`` above the line where ``node`` starts, indented like it."""
-        return Edit(content=line, node=node, mode="line-before")
-
-    @staticmethod
-    def fix(applicability: str, message: str, *edits: Edit) -> Fix:
-        return Fix(applicability, message, tuple(edits))
-
-    # -- engine hooks, called by the walker --------------------------------------
     def enter_import(self, node: cst.CSTNode) -> None:
         self.names.add(node)  # type: ignore[arg-type]
 
@@ -237,13 +143,13 @@ class FileContext:
                 built_by = self.values.get(func.value.value)
                 # ``meter = AverageMeter()`` … ``meter.update(x)``: a method of a class instance
                 if isinstance(built_by, cst.Call) and (last_name(built_by.func) or "")[:1].isupper():
-                    passes_tensor = any(tensor_evidence(self, a.value) is True for a in node.args)
-                    entry = (built_by, attr, self.site(), passes_tensor)
+                    passes_tensor = any(tensor_evidence(self.model, a.value) is True for a in node.args)
+                    entry = (built_by, attr, self.model.site(), passes_tensor)
                     if self.loop is not None:
                         self.loop.method_calls.append(entry)
                     else:
                         self.function.method_calls.append(entry)  # type: ignore[union-attr]
-            if (attr == "to" or attr == "cuda") and device_move(self, node) == "device":
+            if (attr == "to" or attr == "cuda") and device_move(self.model, node) == "device":
                 self._record_batch_copy(func.value)
             if attr == "update" and node.args:
                 self._record_dict_update(func.value, node)
@@ -263,21 +169,21 @@ class FileContext:
             function = self.function
             site = None
             if self.loop is not None:
-                site = self.site()
+                site = self.model.site()
                 self.loop.calls.add(callee)
                 self.loop.call_sites.setdefault(callee, []).append(site)
             if function is not None:
                 function.calls.add(callee)
-                function.call_sites.append((callee, site or self.site()))
+                function.call_sites.append((callee, site or self.model.site()))
                 if not method and callee in function.params:
                     function.called_params.add(callee)
             else:
                 self.facts.module_calls.add(callee)
-            if node.args and callee not in _BUILTIN_CALLS:
+            if node.args and callee not in BUILTIN_CALLS:
                 tensors = {
                     id(arg.value)
                     for arg in node.args
-                    if isinstance(arg.value, cst.Name) and not arg.star and tensor_evidence(self, arg.value) is True
+                    if isinstance(arg.value, cst.Name) and not arg.star and tensor_evidence(self.model, arg.value) is True
                 }
                 self.facts.call_records.append(
                     CallRecord(callee, node, function, self._argument_loaders(node), method=method, tensors=tensors)
@@ -307,17 +213,11 @@ class FileContext:
         return found
 
     def enter_with(self, node: cst.With) -> None:
-        if self.function is not None and any(is_no_grad_item(self, item.item) for item in node.items):
+        if self.function is not None and any(is_no_grad_item(self.model, item.item) for item in node.items):
             function = self.function
             while function is not None:
                 function.uses_no_grad = True
                 function = function.parent
-
-    def value_of(self, name: Optional[str]) -> Optional[cst.BaseExpression]:
-        value = self.values.get(name) if name else None
-        if value is not None and id(value) in self._assigning:
-            return None  # inside ``x = f(x)``'s own value: the new binding is not in effect yet
-        return value
 
     def enter_augassign(self, node: cst.AugAssign) -> None:
         target = dotted_name(node.target)
@@ -337,7 +237,7 @@ class FileContext:
                 for element in target_node.elements:
                     name = dotted_name(element.value)
                     if name is not None:
-                        self.values[name] = _UNKNOWN_PART
+                        self.values[name] = UNKNOWN_PART
             else:
                 name = dotted_name(target_node)
                 if name is not None and not self._none_on_other_branch(name, node.value):
@@ -367,7 +267,7 @@ class FileContext:
                 self.facts.data_names.add(target)
         elif isinstance(value, cst.Dict):
             self.facts.dict_literals[target] = value
-        if self._mentions_availability and mentions_cuda_availability(self, value):
+        if self._mentions_availability and mentions_cuda_availability(self.model, value):
             self.facts.cuda_flag_names.add(target)
 
     def _none_on_other_branch(self, name: str, value: cst.BaseExpression) -> bool:
@@ -379,7 +279,7 @@ class FileContext:
         if not (isinstance(value, cst.Name) and value.value == "None"):
             return False
         previous = self.values.get(name)
-        if previous is None or previous is _UNKNOWN_PART:
+        if previous is None or previous is UNKNOWN_PART:
             return False
         stack = self.stack
         for index in range(len(stack) - 1, 0, -1):
@@ -401,11 +301,11 @@ class FileContext:
             return
         test = node.test
         if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-            if mentions_cuda_availability(self, test.expression) and _body_exits(self, node.body):
+            if mentions_cuda_availability(self.model, test.expression) and _body_exits(self.model, node.body):
                 self.facts.cuda_asserted_scopes.add(self.function.node if self.function else None)
 
     def enter_assert(self, node: cst.Assert) -> None:
-        if self._mentions_availability and mentions_cuda_availability(self, node.test):
+        if self._mentions_availability and mentions_cuda_availability(self.model, node.test):
             self.facts.cuda_asserted_scopes.add(self.function.node if self.function else None)
 
     def _mark_training(self) -> None:
@@ -445,7 +345,7 @@ class FileContext:
         if arg is not None:
             return arg.value
         for starred in (a for a in call.args if a.star == "**"):
-            values = self.dict_values(starred.value, name)
+            values = self.model.dict_values(starred.value, name)
             if values:
                 return values[-1]
         return None
@@ -458,12 +358,12 @@ class FileContext:
         it matters."""
         arg = keyword(call, "pin_memory")
         if arg is not None:
-            return literal_bool(self.constant(arg.value))
+            return literal_bool(self.model.constant(arg.value))
         for starred in (a for a in call.args if a.star == "**"):
-            key = self._dict_key(starred.value)
+            key = self.model._dict_key(starred.value)
             if key is None or key not in self.facts.dicts:
                 return None  # kwargs we cannot see
-            answers = [literal_bool(self.constant(v)) for v in self.facts.dicts[key].get("pin_memory", ())]
+            answers = [literal_bool(self.model.constant(v)) for v in self.facts.dicts[key].get("pin_memory", ())]
             if True in answers:
                 return True
             if answers and None in answers:
@@ -472,7 +372,6 @@ class FileContext:
                 return False
         return False
 
-    # -- value flow: dicts, constants, argparse defaults ----------------------------
     def _record_argument(self, call: cst.Call) -> None:
         """``parser.add_argument("--pin-mem", action="store_true")`` -> pin_mem: False."""
         flags = [a.value.evaluated_value for a in call.args if a.keyword is None and isinstance(a.value, cst.SimpleString)]
@@ -493,54 +392,6 @@ class FileContext:
             if kind in ("store_true", "store_false"):
                 self.facts.argument_defaults[dest] = cst.Name("False" if kind == "store_true" else "True")
 
-    def constant(self, expr: cst.BaseExpression) -> cst.BaseExpression:
-        """Follow a name to the literal it holds (a module constant or a local
-        assigned once before), and a ternary to the branch that holds one."""
-        for _ in range(4):
-            if isinstance(expr, cst.Name) and expr.value not in ("True", "False", "None"):
-                value = self.values.get(expr.value) or self.facts.module_constants.get(expr.value)
-                if value is None:
-                    return expr
-                expr = value
-            elif isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Attribute):
-                # ``config.DATA.PIN_MEMORY``: the default the project's config module
-                # gives that key (a yacs ``_C.DATA.PIN_MEMORY = True``)
-                from torchlint import crossfile
-
-                value = crossfile.config_default(self.path, expr)
-                if value is None:
-                    return expr
-                expr = value
-            elif isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name):
-                # ``args.pin_mem``: the default of the argparse option of that name
-                dest = expr.attr.value
-                value = self.facts.set_defaults.get(dest) or self.facts.argument_defaults.get(dest)
-                if value is None:
-                    return expr
-                expr = value
-            elif isinstance(expr, cst.IfExp):
-                body, orelse = literal_bool(expr.body), literal_bool(expr.orelse)
-                if body is True or orelse is True:
-                    return cst.Name("True")
-                return expr
-            else:
-                return expr
-        return expr
-
-    def _dict_key(self, expr: cst.BaseExpression) -> Optional[tuple]:
-        name = dotted_name(expr)
-        if name is None:
-            return None
-        scope = id(self.function.node) if self.function is not None else 0
-        if (scope, name) in self.facts.dicts:
-            return (scope, name)
-        return (0, name) if (0, name) in self.facts.dicts else (scope, name)
-
-    def dict_values(self, expr: cst.BaseExpression, key: str) -> List[cst.BaseExpression]:
-        """Every value the dict ``expr`` is given for ``key`` in this scope."""
-        dict_key = self._dict_key(expr)
-        return list(self.facts.dicts.get(dict_key, {}).get(key, ())) if dict_key else []
-
     def _entries(self, value: cst.BaseExpression) -> Optional[Dict[str, List[cst.BaseExpression]]]:
         """The key -> values of a dict expression, or None if it is not one we can read."""
         entries: Dict[str, List[cst.BaseExpression]] = {}
@@ -553,7 +404,7 @@ class FileContext:
                 elif isinstance(element, cst.StarredDictElement):
                     merged = self._entries(element.value) if not isinstance(element.value, cst.Name) else None
                     if merged is None:
-                        dict_key = self._dict_key(element.value)
+                        dict_key = self.model._dict_key(element.value)
                         merged = self.facts.dicts.get(dict_key) if dict_key else None
                     if merged is None:
                         return None
@@ -565,7 +416,7 @@ class FileContext:
                 if arg.keyword is not None:
                     entries.setdefault(arg.keyword.value, []).append(arg.value)
                 elif arg.star == "**" or not arg.star:
-                    dict_key = self._dict_key(arg.value)
+                    dict_key = self.model._dict_key(arg.value)
                     merged = self.facts.dicts.get(dict_key) if dict_key else self._entries(arg.value)
                     if merged is None:
                         return None
@@ -580,21 +431,10 @@ class FileContext:
             scope = id(self.function.node) if self.function is not None else 0
             self.facts.dicts[(scope, target)] = entries
 
-    def in_dead_branch(self) -> bool:
-        """Under ``if False:`` (or the ``else`` of ``if True:``): code that cannot run."""
-        stack = self.stack
-        for i in range(len(stack) - 2, -1, -1):
-            node = stack[i]
-            if isinstance(node, cst.If) and isinstance(node.test, cst.Name) and node.test.value in ("True", "False"):
-                child = stack[i + 1]
-                if (node.test.value == "False") == (child is node.body):
-                    return True
-        return False
-
     def _record_dict_update(self, receiver: cst.BaseExpression, call: cst.Call) -> None:
-        if self.in_dead_branch():
+        if self.model.in_dead_branch():
             return
-        dict_key = self._dict_key(receiver)
+        dict_key = self.model._dict_key(receiver)
         if dict_key is None or dict_key not in self.facts.dicts:
             return
         entries = self.facts.dicts[dict_key]
@@ -605,15 +445,15 @@ class FileContext:
             source = arg.value
             merged = self._entries(source)
             if merged is None:
-                other = self._dict_key(source)
+                other = self.model._dict_key(source)
                 merged = self.facts.dicts.get(other) if other else None
             for key, values in (merged or {}).items():
                 entries.setdefault(key, []).extend(values)
 
     def _record_dict_item(self, target: cst.Subscript, value: cst.BaseExpression) -> None:
-        if self.in_dead_branch():
+        if self.model.in_dead_branch():
             return
-        dict_key = self._dict_key(target.value)
+        dict_key = self.model._dict_key(target.value)
         if dict_key is None or dict_key not in self.facts.dicts or len(target.slice) != 1:
             return
         index = target.slice[0].slice
@@ -621,15 +461,6 @@ class FileContext:
             key = index.value.evaluated_value
             if isinstance(key, str):
                 self.facts.dicts[dict_key].setdefault(key, []).append(value)
-
-
-def is_training_step_call(func: cst.Attribute) -> bool:
-    """``loss.backward()``, ``optimizer.step()``, ``scaler.step(opt)``: the one
-    test for "this call trains" (schedulers' ``step()`` does not count)."""
-    attr = func.attr.value
-    if attr == "backward":
-        return True
-    return attr == "step" and steps_optimizer(func.value)
 
 
 def _root_name(node: cst.BaseExpression) -> Optional[str]:
@@ -651,15 +482,7 @@ def _parameter_names(params: cst.Parameters) -> List[str]:
     return names + [p.name.value for p in params.kwonly_params]
 
 
-def steps_optimizer(receiver: cst.BaseExpression) -> bool:
-    """Is ``receiver`` an optimizer or a grad scaler (``opt.step()`` trains; a scheduler's does not)?"""
-    if optimizer_receiver(receiver):
-        return True
-    name = last_name(receiver.value if isinstance(receiver, cst.Subscript) else receiver)
-    return bool(name and "scaler" in name.lower() and "sched" not in name.lower())
-
-
-def _body_exits(ctx: FileContext, body: cst.BaseSuite) -> bool:
+def _body_exits(ctx: "FileModel", body: cst.BaseSuite) -> bool:
     statements = body.body if isinstance(body, cst.IndentedBlock) else [body]
     for statement in statements:
         smalls = statement.body if isinstance(statement, (cst.SimpleStatementLine, cst.SimpleStatementSuite)) else ()
@@ -667,6 +490,6 @@ def _body_exits(ctx: FileContext, body: cst.BaseSuite) -> bool:
             if isinstance(small, (cst.Raise, cst.Return)):
                 return True
             if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
-                if (ctx.names.qualified_name(small.value.func) or dotted_name(small.value.func)) in _EXIT_CALLS:
+                if (ctx.names.qualified_name(small.value.func) or dotted_name(small.value.func)) in EXIT_CALLS:
                     return True
     return False
