@@ -39,7 +39,7 @@ from torchlint import linter
 from torchlint.cache import ResultCache
 from torchlint.discovery import DiscoveryOptions, discover
 from torchlint.linter import FileOptions, lint_text
-from torchlint.project import project_facts
+from torchlint.project import Projects
 from torchlint.registry import all_rules
 from torchlint.source import DecodeError, read
 
@@ -59,11 +59,15 @@ def default_options() -> FileOptions:
     return FileOptions(rules=[r for r in all_rules().values() if r.default_enabled])
 
 
+# The projects of one pass, as a CLI run keeps them (forget_project_analysis starts afresh).
+PROJECTS = Projects()
+
+
 def with_project(options: FileOptions, path: str) -> FileOptions:
     """``options`` with the facts of the file's project, as the CLI passes
     them: read from the manifests and a scan of the project's sources the
-    first time a project is met (cached per project root after that)."""
-    return dataclasses.replace(options, project=project_facts(path))
+    first time a project is met (kept by its ``Project`` after that)."""
+    return dataclasses.replace(options, project=PROJECTS.for_path(path).facts())
 
 
 def time_parse_vs_lint(texts, options):
@@ -80,7 +84,7 @@ def time_parse_vs_lint(texts, options):
         except Exception:
             pass
         middle = time.process_time()
-        out = lint_text(text, path, with_project(options, path))
+        out = lint_text(text, path, with_project(options, path), PROJECTS)
         end = time.process_time()
         parse_s += middle - start
         lint_s += end - middle
@@ -90,7 +94,7 @@ def time_parse_vs_lint(texts, options):
 
 
 def findings_of(texts, options):
-    return sorted((d.path, d.row, d.column, d.code) for path, text in texts for d in lint_text(text, path, with_project(options, path)).diagnostics)
+    return sorted((d.path, d.row, d.column, d.code) for path, text in texts for d in lint_text(text, path, with_project(options, path), PROJECTS).diagnostics)
 
 
 def cli_wall(root: str, jobs: int) -> float:
@@ -172,12 +176,8 @@ class PhaseClock:
 def forget_project_analysis() -> None:
     """Empty the per-process caches of project and cross-file facts, so that
     a second pass pays for them as a cold run does."""
-    from torchlint import crossfile, project
-
-    project.clear_caches()
-    for name, value in vars(crossfile).items():
-        if name.startswith("_") and name[1:2].isupper() and isinstance(value, dict):
-            value.clear()
+    global PROJECTS
+    PROJECTS = Projects()
 
 
 def phases(texts, options) -> None:
@@ -185,8 +185,10 @@ def phases(texts, options) -> None:
     timers around the engine's steps; the walk is then split into the
     engine's own bookkeeping (a walk without rules, on the same trees,
     timed apart) and the rules' visits."""
-    from torchlint import crossfile, walker
-    from torchlint.context import FileContext
+    from torchlint import walker
+    from torchlint.collector import Collector
+    from torchlint.crossfile import ProjectAnalysis
+    from torchlint.model import FileModel
 
     clock = PhaseClock()
     patches = [
@@ -196,9 +198,8 @@ def phases(texts, options) -> None:
         (walker.Walker, "walk", "walk: engine + rule visits"),
         (sys.modules[__name__], "with_project", "project facts"),
     ]
-    patches += [(crossfile, name, CROSS_FILE) for name in ("index_for", "copies_in", "hot_from_elsewhere", "copied_elsewhere")]
+    patches += [(ProjectAnalysis, name, CROSS_FILE) for name in ("index", "copies_in", "hot_from_elsewhere", "copied_elsewhere", "returned_loader", "class_loads_per_item")]
     patches += [(rule, "finish", "rules: finish()") for rule in options.rules if "finish" in vars(rule)]
-    patches.append((crossfile.cst, "parse_module", "parse (libcst)"))  # counted as cross-file: it is only called there
     originals = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
     forget_project_analysis()
     for owner, name, phase in patches:
@@ -207,7 +208,7 @@ def phases(texts, options) -> None:
     try:
         for path, text in texts:
             start = time.process_time()
-            lint_text(text, path, with_project(options, path))
+            lint_text(text, path, with_project(options, path), PROJECTS)
             total += time.process_time() - start
     finally:
         for owner, name, original in originals:
@@ -223,7 +224,7 @@ def phases(texts, options) -> None:
             continue
         start = time.process_time()
         try:
-            walker.Walker(FileContext(path, text, module), {}, {}, lambda method, exc: None).walk(module)
+            walker.Walker(Collector(FileModel(path, text, module)), {}, {}, lambda method, exc: None).walk(module)
         except RecursionError:
             pass
         engine += time.process_time() - start

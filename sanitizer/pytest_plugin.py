@@ -529,7 +529,7 @@ class _Collector:
                 failing = sum(1 for e in result["entries"] if e["failing"])
                 terminalreporter.write_line(f"FAILED by sanitizer: {nodeid} ({failing} failing finding(s))")
         self._write_report_lines(terminalreporter)
-        from torchlint.runtime_join import closing_hint
+        from torchlint.fix_command import closing_hint
 
         hint = closing_hint([e["finding"].to_json() for r in self.results.values() for e in r["entries"]],
                             str(config.rootpath))

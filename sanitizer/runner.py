@@ -274,7 +274,7 @@ def main(argv: Optional[List[str]] = None, prog: str = "torchlint-sanitize") -> 
     findings = session.findings
     steps = session.steps_summary()
     print(render_summary(findings, steps, limit=options.limit, title=prog, phases=session.phases()), file=sys.stderr)
-    from torchlint.runtime_join import closing_hint
+    from torchlint.fix_command import closing_hint
 
     hint = closing_hint([finding.to_json() for finding in findings])
     if hint:

@@ -136,13 +136,24 @@ class ForeignLoop:
 class Site:
     """Where a node sits: its ancestors, function and loops, frozen at walk time."""
 
-    __slots__ = ("ctx", "stack", "function", "loop")
+    __slots__ = ("ctx", "stack", "function", "loop", "bindings_seen")
 
     def __init__(self, ctx: "FileModel", stack: Sequence[cst.CSTNode], function: Optional[FunctionInfo], loop: Optional[LoopInfo]) -> None:
         self.ctx = ctx
         self.stack = tuple(stack)
         self.function = function
         self.loop = loop
+        self.bindings_seen = ctx.binding_count
+
+    def value_of(self, name: str) -> Optional[cst.BaseExpression]:
+        """The expression ``name`` holds at this site, in its function's scope:
+        the last binding made before the site was taken, not one whose value
+        the site is part of (``x = f(x)``). Valid at any time after the walk."""
+        scope = id(self.function.node) if self.function is not None else 0
+        for order, value in reversed(self.ctx.bindings.get(scope, {}).get(name, ())):
+            if order <= self.bindings_seen and not any(ancestor is value for ancestor in self.stack):
+                return value
+        return None
 
     @property
     def node(self) -> cst.CSTNode:

@@ -61,6 +61,15 @@ class Collector:
     def _assigning(self) -> set:
         return self.model.assigning
 
+    def _bind(self, name: str, value: cst.BaseExpression) -> None:
+        """``name`` is given ``value`` in the current scope: the walk's view
+        (``values``) and the record kept per scope for later questions."""
+        self.values[name] = value
+        model = self.model
+        model.binding_count += 1
+        scope = id(self.function.node) if self.function is not None else 0
+        model.bindings.setdefault(scope, {}).setdefault(name, []).append((model.binding_count, value))
+
     def enter_import(self, node: cst.CSTNode) -> None:
         self.names.add(node)  # type: ignore[arg-type]
 
@@ -99,9 +108,9 @@ class Collector:
             if isinstance(node.target, cst.Name):
                 # ``for v in t``: each ``v`` is an element of ``t`` (a tensor's
                 # elements are tensors on its device)
-                self.values[node.target.value] = cst.Subscript(
+                self._bind(node.target.value, cst.Subscript(
                     value=node.iter, slice=[cst.SubscriptElement(cst.Index(cst.Integer("0")))]
-                )
+                ))
         self.facts.loops[id(node)] = info
         return info
 
@@ -222,12 +231,12 @@ class Collector:
     def enter_augassign(self, node: cst.AugAssign) -> None:
         target = dotted_name(node.target)
         if target is not None and target not in self.values:
-            self.values[target] = node.value
+            self._bind(target, node.value)
 
     def enter_annassign(self, node: cst.AnnAssign) -> None:
         target = dotted_name(node.target)
         if target is not None and node.value is not None:
-            self.values[target] = node.value
+            self._bind(target, node.value)
 
     def enter_assign(self, node: cst.Assign) -> None:
         self._assigning.add(id(node.value))
@@ -237,11 +246,11 @@ class Collector:
                 for element in target_node.elements:
                     name = dotted_name(element.value)
                     if name is not None:
-                        self.values[name] = UNKNOWN_PART
+                        self._bind(name, UNKNOWN_PART)
             else:
                 name = dotted_name(target_node)
                 if name is not None and not self._none_on_other_branch(name, node.value):
-                    self.values[name] = node.value
+                    self._bind(name, node.value)
         if len(node.targets) != 1:
             return
         value = node.value
@@ -360,7 +369,7 @@ class Collector:
         if arg is not None:
             return literal_bool(self.model.constant(arg.value))
         for starred in (a for a in call.args if a.star == "**"):
-            key = self.model._dict_key(starred.value)
+            key = self.model.dict_key(starred.value)
             if key is None or key not in self.facts.dicts:
                 return None  # kwargs we cannot see
             answers = [literal_bool(self.model.constant(v)) for v in self.facts.dicts[key].get("pin_memory", ())]
@@ -404,7 +413,7 @@ class Collector:
                 elif isinstance(element, cst.StarredDictElement):
                     merged = self._entries(element.value) if not isinstance(element.value, cst.Name) else None
                     if merged is None:
-                        dict_key = self.model._dict_key(element.value)
+                        dict_key = self.model.dict_key(element.value)
                         merged = self.facts.dicts.get(dict_key) if dict_key else None
                     if merged is None:
                         return None
@@ -416,7 +425,7 @@ class Collector:
                 if arg.keyword is not None:
                     entries.setdefault(arg.keyword.value, []).append(arg.value)
                 elif arg.star == "**" or not arg.star:
-                    dict_key = self.model._dict_key(arg.value)
+                    dict_key = self.model.dict_key(arg.value)
                     merged = self.facts.dicts.get(dict_key) if dict_key else self._entries(arg.value)
                     if merged is None:
                         return None
@@ -434,7 +443,7 @@ class Collector:
     def _record_dict_update(self, receiver: cst.BaseExpression, call: cst.Call) -> None:
         if self.model.in_dead_branch():
             return
-        dict_key = self.model._dict_key(receiver)
+        dict_key = self.model.dict_key(receiver)
         if dict_key is None or dict_key not in self.facts.dicts:
             return
         entries = self.facts.dicts[dict_key]
@@ -445,7 +454,7 @@ class Collector:
             source = arg.value
             merged = self._entries(source)
             if merged is None:
-                other = self.model._dict_key(source)
+                other = self.model.dict_key(source)
                 merged = self.facts.dicts.get(other) if other else None
             for key, values in (merged or {}).items():
                 entries.setdefault(key, []).extend(values)
@@ -453,7 +462,7 @@ class Collector:
     def _record_dict_item(self, target: cst.Subscript, value: cst.BaseExpression) -> None:
         if self.model.in_dead_branch():
             return
-        dict_key = self.model._dict_key(target.value)
+        dict_key = self.model.dict_key(target.value)
         if dict_key is None or dict_key not in self.facts.dicts or len(target.slice) != 1:
             return
         index = target.slice[0].slice

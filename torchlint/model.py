@@ -13,7 +13,8 @@ excepted: the Rule and Evidence base).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Tuple
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -130,6 +131,11 @@ class FileModel:
         # name -> the last expression assigned to it in the current scope, as
         # far as the walk has got: "what is x here?" for visit-time questions.
         self.values: Dict[str, cst.BaseExpression] = {}
+        # every binding, kept per scope (id of the function node, 0 for the
+        # module): name -> [(order, value)], so a Site answers "what is x
+        # here?" after the walk too (``Site.value_of``)
+        self.bindings: Dict[int, Dict[str, List[Tuple[int, cst.BaseExpression]]]] = {}
+        self.binding_count = 0
         self.reports: List[Tuple["Rule", cst.CSTNode, str, Optional[Fix], Tuple[Evidence, ...]]] = []
         self._host_only: Optional[bool] = None
         # which names hold batch data, per scope (TL201, TL202, TL206 ask it)
@@ -147,6 +153,32 @@ class FileModel:
 
     def report(self, rule: "Rule", node: cst.CSTNode, message: str, fix: Optional[Fix] = None, evidence: Tuple[Evidence, ...] = ()) -> None:
         self.reports.append((rule, node, message, fix, evidence))
+
+    # -- where the walk is (for ``visit_``/``leave_`` methods) ------------------------
+    @property
+    def current_node(self) -> Optional[cst.CSTNode]:
+        """The node being visited."""
+        return self.stack[-1] if self.stack else None
+
+    def current_parent(self, up: int = 1) -> Optional[cst.CSTNode]:
+        """The ancestor ``up`` levels above the node being visited, or None."""
+        return self.stack[-1 - up] if len(self.stack) > up else None
+
+    def ancestry(self) -> Tuple[cst.CSTNode, ...]:
+        """The node being visited and its ancestors, root first (a snapshot)."""
+        return tuple(self.stack)
+
+    def inside(self, node: cst.CSTNode) -> bool:
+        """Is ``node`` the node being visited or one of its ancestors?"""
+        return any(ancestor is node for ancestor in self.stack)
+
+    def enclosing_class(self) -> Optional[str]:
+        """The name of the innermost class around the node being visited."""
+        return self.class_names[-1] if self.class_names else None
+
+    def scope_values(self) -> Mapping[str, cst.BaseExpression]:
+        """Name -> the expression last assigned to it in the current scope, so far."""
+        return MappingProxyType(self.values)
 
     def site(self) -> Site:
         """A snapshot of where the current node sits; see ``torchlint.analysis``."""

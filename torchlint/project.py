@@ -352,6 +352,17 @@ def _nearest(folder: str, markers: Tuple[str, ...]) -> Optional[str]:
         folder = parent
 
 
+def _is_root_marker(path: str) -> bool:
+    """A marker file exists; a ``setup.py`` must be a packaging script (a
+    package may have a module of that name, ``pkg/eval/setup.py``)."""
+    if not os.path.exists(path):
+        return False
+    if not path.endswith("setup.py"):
+        return True
+    text = _read(path) or ""
+    return "setuptools" in text or "distutils" in text or "setup(" in text and "install_requires" in text
+
+
 def is_project_root(folder: str) -> bool:
     """Does ``folder`` start a project of its own (a nested one is skipped by
     the project around it)?"""

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from torchlint import project, runner
+from torchlint import runner
 from torchlint.cli import main
 
 AMP = "import torch\nscaler = torch.cuda.amp.GradScaler()\n"
@@ -25,7 +25,6 @@ def tree(tmp_path, monkeypatch):
     (root / "b.py").write_text(AMP)
     (root / "c.py").write_text("x = 1\n")
     monkeypatch.setenv("TORCHLINT_CACHE_DIR", str(tmp_path / "cache"))
-    project.clear_caches()
     return root
 
 
@@ -68,7 +67,6 @@ def test_an_edit_relints_only_that_file(tree, capsys, linted):
 def test_a_project_fact_relints_the_files_that_depend_on_it(tree, capsys, linted):
     assert lint(tree, capsys)[1] == [("a.py", "TL101", 4)]
     (tree / "requirements.txt").write_text("torch>=2.4\n")
-    project.clear_caches()
     code, found = lint(tree, capsys)
     assert linted[-1] == ["a.py", "b.py", "c.py"]
     assert ("b.py", "TL402", 2) in found
@@ -86,7 +84,6 @@ def test_editing_a_file_whose_facts_another_file_used_relints_that_file(tmp_path
     monkeypatch.setenv("TORCHLINT_CACHE_DIR", str(tmp_path / "cache"))
 
     def run():
-        project.clear_caches()
         capsys.readouterr()
         main(["check", "--isolated", "--preview", "--jobs", "1", "--select", "TL201", "--output-format", "json", str(root)])
         return sorted((os.path.basename(d["filename"]), d["code"]) for d in json.loads(capsys.readouterr().out))

@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import libcst as cst
 
-from torchlint import crossfile
+from torchlint.crossfile import ProjectAnalysis
+from torchlint.linter import parse_for_analysis
+from torchlint.project import Projects
 
 from ruletest import lint
+
+
+def config_default(path: str, expr: cst.Attribute):
+    projects = Projects()
+    return ProjectAnalysis(projects, projects.for_path(path), parse_for_analysis).config_default(expr)
 
 
 def _attribute(code: str) -> cst.Attribute:
@@ -37,26 +44,26 @@ _C.TRAIN.AMP = False
 
 def test_config_default_reads_the_yacs_module(tmp_path):
     root = _project(tmp_path, {"config.py": CONFIG, "main.py": ""})
-    value = crossfile.config_default(str(root / "main.py"), _attribute("config.DATA.PIN_MEMORY"))
+    value = config_default(str(root / "main.py"), _attribute("config.DATA.PIN_MEMORY"))
     assert isinstance(value, cst.Name) and value.value == "True"
-    workers = crossfile.config_default(str(root / "main.py"), _attribute("cfg.DATA.NUM_WORKERS"))
+    workers = config_default(str(root / "main.py"), _attribute("cfg.DATA.NUM_WORKERS"))
     assert isinstance(workers, cst.Integer) and workers.value == "8"
 
 
 def test_config_default_unknown_when_two_modules_disagree(tmp_path):
     other = CONFIG.replace("_C.DATA.PIN_MEMORY = True", "_C.DATA.PIN_MEMORY = False")
     root = _project(tmp_path, {"config.py": CONFIG, "configs/small.py": other, "main.py": ""})
-    assert crossfile.config_default(str(root / "main.py"), _attribute("config.DATA.PIN_MEMORY")) is None
-    assert crossfile.config_default(str(root / "main.py"), _attribute("config.DATA.NUM_WORKERS")) is not None
+    assert config_default(str(root / "main.py"), _attribute("config.DATA.PIN_MEMORY")) is None
+    assert config_default(str(root / "main.py"), _attribute("config.DATA.NUM_WORKERS")) is not None
 
 
 def test_config_default_needs_upper_case_keys_and_a_config_module(tmp_path):
     plain = "class Settings:\n    pass\nsettings = Settings()\nsettings.DATA.PIN_MEMORY = True\n"
     root = _project(tmp_path, {"settings.py": plain, "config.py": CONFIG, "main.py": ""})
-    assert crossfile.config_default(str(root / "main.py"), _attribute("args.data.pin_memory")) is None
-    assert crossfile.config_default(str(root / "main.py"), _attribute("args.PIN_MEMORY")) is None  # one level: an option, not a config tree
+    assert config_default(str(root / "main.py"), _attribute("args.data.pin_memory")) is None
+    assert config_default(str(root / "main.py"), _attribute("args.PIN_MEMORY")) is None  # one level: an option, not a config tree
     root2 = _project(tmp_path / "second", {"settings.py": plain, "main.py": ""})
-    assert crossfile.config_default(str(root2 / "main.py"), _attribute("settings.DATA.PIN_MEMORY")) is None
+    assert config_default(str(root2 / "main.py"), _attribute("settings.DATA.PIN_MEMORY")) is None
 
 
 def test_project_root_without_marker_is_the_folder_above_the_package(tmp_path):
@@ -64,8 +71,8 @@ def test_project_root_without_marker_is_the_folder_above_the_package(tmp_path):
     (tmp_path / "repo" / "data" / "__init__.py").write_text("")
     (tmp_path / "repo" / "data" / "build.py").write_text("")
     (tmp_path / "repo" / "main.py").write_text("")
-    assert crossfile.project_root(str(tmp_path / "repo" / "data" / "build.py")) == str(tmp_path / "repo")
-    assert crossfile.project_root(str(tmp_path / "repo" / "main.py")) == str(tmp_path / "repo")
+    assert Projects().for_path(str(tmp_path / "repo" / "data" / "build.py")).root == str(tmp_path / "repo")
+    assert Projects().for_path(str(tmp_path / "repo" / "main.py")).root == str(tmp_path / "repo")
 
 
 BUILD = """import torch

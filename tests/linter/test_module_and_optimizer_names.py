@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 import pytest
 
-from torchlint.facts import names_an_optimizer, optimizer_receiver
+from torchlint.vocabulary import names_an_optimizer, optimizer_receiver
 from torchlint.tensors import names_a_module
 
 

@@ -5,7 +5,7 @@ import pytest
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from torchlint.positions import positions_of
-from torchlint.walker import child_nodes
+from torchlint.tree import child_nodes
 
 SOURCES = {
     "header comments and blank lines": "#!/usr/bin/env python\n# a header\n\nimport torch\n\n\nx = torch.ones(3).cuda()\nprint(x.item())\n",
@@ -48,7 +48,7 @@ def test_nodes_in_several_statements_and_the_module_itself():
     assert [got[n] for n in (module, *picked)] == [expected[n] for n in (module, *picked)]
 
 
-@pytest.mark.parametrize("name", ["linter.py", "walker.py", "context.py"])
+@pytest.mark.parametrize("name", ["linter.py", "walker.py", "collector.py"])
 def test_every_node_of_a_real_module(name):
     import torchlint
 

@@ -28,10 +28,14 @@ def make_tree(root: pathlib.Path, files: dict) -> pathlib.Path:
     return root
 
 
+def project_facts(path: str, read_config: bool = True) -> project.ProjectFacts:
+    """The facts of the project ``path`` belongs to, as a fresh run finds them."""
+    return project.Projects().for_path(path).facts(read_config)
+
+
 def facts(root: pathlib.Path, files: dict) -> project.TorchRange:
     make_tree(root, files)
-    project.clear_caches()
-    return project.project_facts(str(root / "train.py")).torch
+    return project_facts(str(root / "train.py")).torch
 
 
 @pytest.mark.parametrize(
@@ -80,7 +84,7 @@ def test_pyproject_explicit_target_torch_wins(tmp_path):
         "requirements.txt": "torch==1.9\n",
     })
     assert (torch.lower, torch.upper, torch.sources) == ((2, 4), None, ("target-torch",))
-    isolated = project.project_facts(str(tmp_path / "train.py"), read_config=False).torch  # --isolated
+    isolated = project_facts(str(tmp_path / "train.py"), read_config=False).torch  # --isolated
     assert (isolated.lower, isolated.upper) == ((1, 8), None)
 
 
@@ -94,8 +98,7 @@ def test_setup_py_and_its_cuda_extensions(tmp_path):
             ext_modules=[CUDAExtension("fused_ops_cuda", ["a.cu"]), CUDAExtension(name="pkg._C", sources=[])],
         )
     """})
-    project.clear_caches()
-    found = project.project_facts(str(tmp_path / "train.py"))
+    found = project_facts(str(tmp_path / "train.py"))
     assert (found.torch.lower, found.torch.upper) == ((1, 8), (2, 1))
     assert found.cuda_extensions == ("fused_ops_cuda", "pkg._C")
 
@@ -170,14 +173,14 @@ def test_a_declared_floor_stands_for_the_package_and_a_file_raises_its_own(tmp_p
     example = "import torch\nmodel = torch.compile(model)\n"
     torch = facts(tmp_path, {"requirements.txt": "torch>=1.8\n", ".git/HEAD": "", "examples/fast.py": example})
     assert torch.lower == (1, 8)
-    raised = project.for_file(project.project_facts(str(tmp_path / "examples" / "fast.py")), example)
+    raised = project.for_file(project_facts(str(tmp_path / "examples" / "fast.py")), example)
     assert raised.lower == (2, 0) and raised.sources[-1] == "torch.compile"
 
 
 def test_accelerator_beats_a_pin_below_it(tmp_path):
     source = "import torch\ntorch.accelerator.synchronize()\n"
     facts(tmp_path, {"requirements.txt": "torch==2.1\n", ".git/HEAD": "", "a.py": source})
-    torch = project.for_file(project.project_facts(str(tmp_path / "a.py")), source)
+    torch = project.for_file(project_facts(str(tmp_path / "a.py")), source)
     assert (torch.lower, torch.upper) == ((2, 6), None)
 
 
@@ -189,8 +192,10 @@ def test_probed_api_use_does_not_count(tmp_path):
 
 def test_no_root_no_facts(tmp_path, monkeypatch):
     monkeypatch.setattr(project, "find_root", lambda directory: None)
-    assert project.project_facts(str(tmp_path / "x.py")) == project.ProjectFacts()
-    assert project.project_facts("-") == project.ProjectFacts()
+    (tmp_path / "requirements.txt").write_text("torch>=2.1\n")
+    found = project.Projects().for_path(str(tmp_path / "x.py"))
+    assert not found.marked and found.root == str(tmp_path)  # a folder of scripts: a project for the analysis
+    assert found.facts() == project.ProjectFacts()  # that declares nothing
 
 
 def test_file_api_use_applies_without_manifests():
@@ -227,7 +232,6 @@ def _flake8_findings(path: pathlib.Path):
 )
 def test_cli_and_flake8_see_the_same_project_facts(tmp_path, capsys, manifests, expected):
     make_tree(tmp_path, {".git/HEAD": "", "src/train.py": AMP_SCRIPT, **manifests})
-    project.clear_caches()
     script = tmp_path / "src" / "train.py"
     assert _cli_findings(script, capsys) == expected
     assert _flake8_findings(script) == expected
@@ -235,13 +239,11 @@ def test_cli_and_flake8_see_the_same_project_facts(tmp_path, capsys, manifests, 
 
 def test_command_line_target_beats_manifests(tmp_path, capsys):
     make_tree(tmp_path, {".git/HEAD": "", "train.py": AMP_SCRIPT, "requirements.txt": "torch==1.9\n"})
-    project.clear_caches()
     assert _cli_findings(tmp_path / "train.py", capsys, "--target-torch", "2.5") == [("TL402", 2), ("TL402", 3)]
 
 
 def test_show_settings_names_the_sources(tmp_path, capsys, monkeypatch):
     make_tree(tmp_path, {"setup.py": "setup(install_requires=['torch>=1.13'])", "train.py": AMP_SCRIPT})
-    project.clear_caches()
     monkeypatch.chdir(tmp_path)
     capsys.readouterr()
     main(["check", "--isolated", "--preview", "--show-settings", "train.py"])
@@ -254,8 +256,7 @@ def test_a_module_named_setup_is_not_a_project_root(tmp_path):
         "setup.py": "from setuptools import setup\nsetup(name='x', install_requires=['torch>=2.1'])\n",
         "pkg/eval/setup.py": "def setup(args):\n    return args\n",
     })
-    project.clear_caches()
-    found = project.project_facts(str(tmp_path / "pkg" / "eval" / "linear.py"))
+    found = project_facts(str(tmp_path / "pkg" / "eval" / "linear.py"))
     assert found.root == str(tmp_path)
     assert found.torch.lower == (2, 1)
 

@@ -14,7 +14,8 @@ import pytest
 from torchlint.cli import main
 from torchlint.lifecycle import is_preview
 from torchlint.registry import all_rules
-from torchlint.runtime_join import RuntimeReportError, fix_command, join, load_reports
+from torchlint.fix_command import fix_command
+from torchlint.runtime_join import RuntimeReportError, join, load_reports
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 REPORT = ROOT / "tests" / "sanitizer" / "data" / "reports" / "tour.json"
