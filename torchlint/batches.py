@@ -23,8 +23,8 @@ from torchlint.names import dotted_name, last_name
 from torchlint.vocabulary import KEEPS_ITEMS
 
 if TYPE_CHECKING:  # pragma: no cover
-    from torchlint.model import FileModel
     from torchlint.facts import FunctionInfo
+    from torchlint.model import FileModel
 
 # Methods that hand back the same batch data, a view of it, or a cast of it
 # (a view of pinned memory is pinned; a cast is a new tensor on the host, but

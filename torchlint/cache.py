@@ -33,8 +33,8 @@ import json
 import os
 import pickle
 import shutil
-from collections import Counter
 import sys
+from collections import Counter
 from typing import TYPE_CHECKING, Optional
 
 from torchlint import __version__

@@ -17,8 +17,8 @@ from torchlint.cache import CACHE_DIR_ENV, DEFAULT_DIR, ResultCache, clean_comma
 from torchlint.config import OUTPUT_FORMATS, Config, ConfigError, ConfigFinder, apply_table, parse_version
 from torchlint.discovery import DiscoveryOptions, discover
 from torchlint.linter import FileOptions, syntax_error
-from torchlint.project import ProjectFacts, Projects
 from torchlint.progress import Progress
+from torchlint.project import ProjectFacts, Projects
 from torchlint.registry import all_rules
 from torchlint.reporters import MACHINE_FORMATS, ReportContext, reporters
 from torchlint.rule import Diagnostic

@@ -7,8 +7,8 @@ from typing import Callable, List, Optional, Sequence, Tuple
 
 from torchlint.linter import FileOptions, LintOutput, lint_text, why_unparsable
 from torchlint.project import Projects
-from torchlint.source import split_lines
 from torchlint.rule import SAFE, UNSAFE, ResolvedEdit, ResolvedFix
+from torchlint.source import split_lines
 
 MAX_PASSES = 100  # ruff's limit; a rule pair that undoes each other stops here
 

@@ -27,10 +27,9 @@ from torchlint.model import FileModel
 from torchlint.positions import positions_of
 from torchlint.project import CHECK_TESTS, ProjectFacts, Projects, TorchRange, for_file, is_test_module, with_target
 from torchlint.registry import SyntaxErrorRule
-from torchlint.source import split_lines
 from torchlint.rule import Diagnostic, Edit, Evidence, Fix, ResolvedEdit, ResolvedEvidence, ResolvedFix, Rule
+from torchlint.source import split_lines
 from torchlint.walker import Walker, build_dispatch
-
 
 _T = TypeVar("_T")
 

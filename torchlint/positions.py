@@ -15,7 +15,6 @@ libcst's own, step for step (``_PlacingState``), so the ranges are the ones
 """
 from __future__ import annotations
 
-
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Set, Tuple
 
 import libcst as cst

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Dict, List, Optional, Sequence,
 
 if TYPE_CHECKING:  # pragma: no cover
     import libcst as cst
+
     from torchlint.model import FileModel
 
 SAFE = "safe"

@@ -9,8 +9,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
-import libcst as cst
-
 from torchlint import source as sources
 from torchlint.fixer import fix_text, is_applicable
 from torchlint.linter import FileOptions, InternalError, LintOutput, lint_text, syntax_error, why_unparsable

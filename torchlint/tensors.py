@@ -215,7 +215,7 @@ def lives_on_host(ctx: "FileModel", expr: cst.BaseExpression, _depth: int = 0) -
         if origin is not None and origin.kind != "pinned":
             return True  # batch data straight from the loader: host memory
         value = ctx.value_of(dotted_name(expr))
-        if value is not None and not (value is UNKNOWN_PART):
+        if value is not None and value is not UNKNOWN_PART:
             return lives_on_host(ctx, value, _depth + 1)
     return False
 

@@ -3,12 +3,11 @@ of a package without a root marker."""
 from __future__ import annotations
 
 import libcst as cst
+from ruletest import lint
 
 from torchlint.crossfile import ProjectAnalysis
 from torchlint.linter import parse_for_analysis
 from torchlint.project import Projects
-
-from ruletest import lint
 
 
 def config_default(path: str, expr: cst.Attribute):

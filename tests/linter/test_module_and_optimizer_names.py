@@ -5,8 +5,8 @@ from __future__ import annotations
 import libcst as cst
 import pytest
 
-from torchlint.vocabulary import names_an_optimizer, optimizer_receiver
 from torchlint.tensors import names_a_module
+from torchlint.vocabulary import names_an_optimizer, optimizer_receiver
 
 
 @pytest.mark.parametrize("name", ["model", "ema_model", "autoencoder", "text_encoder", "self_model", "resnet",

@@ -12,9 +12,9 @@ import textwrap
 import pytest
 
 from torchlint.cli import main
+from torchlint.fix_command import fix_command
 from torchlint.lifecycle import is_preview
 from torchlint.registry import all_rules
-from torchlint.fix_command import fix_command
 from torchlint.runtime_join import RuntimeReportError, join, load_reports
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
