@@ -223,6 +223,23 @@ class Site:
                 return ForeignLoop(hint), function
         return None, None
 
+    def runs_every_step(self, within: Optional[LoopInfo] = None) -> bool:
+        """Does the node run on every iteration of ``within``'s loop (every
+        call of its function when None): not on an exception path, not under
+        a periodic guard. The one filter of "hot" sites."""
+        return not self.in_exception_path() and not self.under_periodic_guard(within=within)
+
+    def per_step(self) -> Tuple[Optional[LoopInfo], Optional[FunctionInfo]]:
+        """``batch_context()`` for a node that runs on every step: (None, None)
+        on an exception path or under a periodic guard between the node and
+        the loop (its function, when a helper makes it hot)."""
+        if self.in_exception_path():
+            return None, None
+        loop, helper = self.batch_context()
+        if loop is None or self.under_periodic_guard(within=loop if helper is None else None):
+            return None, None
+        return loop, helper
+
     def _uses_argument(self, function: FunctionInfo) -> bool:
         """Does the node read an argument of the method (``value.item()`` in
         ``update(self, value)``)? Only then can callers elsewhere make it hot

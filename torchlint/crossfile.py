@@ -379,8 +379,7 @@ def _hot_call_in(other_ctx: FileModel, other: str, target: str, function: "Funct
                 passes_tensor
                 and method == function.name
                 and names_target(built_by.func, function.class_name)
-                and not site.in_exception_path()
-                and not site.under_periodic_guard(within=loop)
+                and site.runs_every_step(within=loop)
             ):
                 return f"{loop.line_hint} in {where}"
     return None

@@ -242,7 +242,7 @@ class ModuleFacts:
             if not loop.is_batch_loop:
                 continue
             for callee, sites in loop.call_sites.items():
-                if any(not s.in_exception_path() and not s.under_periodic_guard(within=loop) for s in sites):
+                if any(s.runs_every_step(within=loop) for s in sites):
                     frontier.append((callee, loop))
             if loop.function is not None:
                 called = {p for p in loop.function.called_params if p in loop.call_sites}
@@ -256,7 +256,7 @@ class ModuleFacts:
                     step = TrainingStep(info)
                     reached[id(info)] = (step, info)
                     for inner, site in info.call_sites:
-                        if site.loop is None and not site.in_exception_path() and not site.under_periodic_guard(within=None):
+                        if site.loop is None and site.runs_every_step():
                             frontier.append((inner, step))
         while frontier:
             while frontier:
@@ -266,7 +266,7 @@ class ModuleFacts:
                         continue
                     reached[id(info)] = (loop, info)
                     for inner, site in info.call_sites:
-                        if not site.in_exception_path() and not site.under_periodic_guard(within=None):
+                        if site.runs_every_step():
                             frontier.append((inner, loop))
                     if info.called_params and info.name not in hot_params:
                         hot_params[info.name] = (info.called_params, loop)

@@ -204,7 +204,7 @@ class FileModel:
                 continue
             for name in callers & loop.calls:
                 for site in loop.call_sites.get(name, ()):
-                    if not site.in_exception_path() and not site.under_periodic_guard(within=loop):
+                    if site.runs_every_step(within=loop):
                         return loop
         return None
 
