@@ -86,7 +86,7 @@ class ProjectAnalysis:
             try:
                 Walker(Collector(model), {}, {}, lambda method, exc: None).walk(module)
             except Exception:
-                model = None
+                return None  # too deep, or a file the engine cannot follow: its own lint reports it
             summaries[path] = model
         return summaries[path]
 
@@ -353,7 +353,7 @@ class ProjectAnalysis:
 def _row(text: str, node: cst.CSTNode) -> int:
     """The 1-based row of ``node`` without resolving positions for the whole
     file: the first line of the call's own code is found in the text."""
-    name = dotted_name(node.func) if isinstance(node, cst.Call) else None  # type: ignore[attr-defined]
+    name = dotted_name(node.func) if isinstance(node, cst.Call) else None
     first = cst.Module(body=[]).code_for_node(node).splitlines()[0] if name else ""
     offset = text.find(first) if first else -1
     return text.count("\n", 0, offset) + 1 if offset >= 0 else 1
