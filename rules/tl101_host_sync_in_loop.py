@@ -4,10 +4,17 @@ from typing import List, Optional, Tuple, Union
 
 import libcst as cst
 
-from torchlint.analysis import Site
-from torchlint.project import CHECK_TESTS, check_tests_option
+from torchlint.model import (
+    CHECK_TESTS,
+    Site,
+    already_on_host,
+    check_tests_option,
+    lives_on_host,
+    module_evidence,
+    reads_host,
+    tensor_evidence,
+)
 from torchlint.rule import DISPLAY_ONLY, Fix, Invalid, Rule, Valid
-from torchlint.tensors import already_on_host, lives_on_host, module_evidence, reads_host, tensor_evidence
 
 _CONVERSIONS = ("float", "int", "bool")
 _MODULE_METHODS = frozenset(
@@ -346,11 +353,11 @@ class HostSyncInLoop(Rule):
 
     def _used_as_module(self, node: cst.CSTNode) -> bool:
         """``m.cpu().parameters()``: the result of `.cpu()` is used as a module."""
-        parent = self.ctx.stack[-2] if len(self.ctx.stack) > 1 and self.ctx.stack[-1] is node else None
+        parent = self.ctx.current_parent() if self.ctx.current_node is node else None
         return isinstance(parent, cst.Attribute) and parent.attr.value in _MODULE_METHODS
 
     def _result_discarded(self, node: cst.CSTNode) -> bool:
-        return len(self.ctx.stack) > 1 and self.ctx.stack[-1] is node and isinstance(self.ctx.stack[-2], cst.Expr)
+        return self.ctx.current_node is node and isinstance(self.ctx.current_parent(), cst.Expr)
 
     def _is_device_value(self, expr: cst.BaseExpression) -> Union[bool, str]:
         """True for a device tensor; the parameter's name for a parameter the
@@ -374,14 +381,14 @@ class HostSyncInLoop(Rule):
         self, node: cst.CSTNode, what: str, fix: Optional[Fix], discardable: bool = False, param: Union[bool, str] = True
     ) -> None:
         site = self.ctx.site()
-        if self.ctx.stack[-1] is not node:
+        if self.ctx.current_node is not node:
             site = Site(self.ctx, site.stack + (node,), site.function, site.loop)
         discarded = discardable and isinstance(site.parent, cst.Expr)
         self.candidates.append((site, node, what, fix, discarded, param if isinstance(param, str) else None))
 
     def _accumulate_fix(self, call: cst.Call) -> Optional[Fix]:
         """``total += loss.item()`` -> ``total += loss.detach()`` (display-only)."""
-        parent = self.ctx.stack[-2] if len(self.ctx.stack) > 1 else None
+        parent = self.ctx.current_parent()
         if not (isinstance(parent, cst.AugAssign) and parent.value is call):
             return None
         if reads_host(call) != "item":

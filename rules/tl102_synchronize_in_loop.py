@@ -5,10 +5,16 @@ from typing import List, Optional, Set, Tuple
 
 import libcst as cst
 
-from torchlint.analysis import Site, iter_subtree
-from torchlint.facts import FunctionInfo, LoopInfo
-from torchlint.names import dotted_name, last_name
-from torchlint.project import CHECK_TESTS, check_tests_option
+from torchlint.model import (
+    CHECK_TESTS,
+    FunctionInfo,
+    LoopInfo,
+    Site,
+    check_tests_option,
+    dotted_name,
+    iter_subtree,
+    last_name,
+)
 from torchlint.rule import Invalid, Rule, Valid
 
 # Device-wide synchronizations, by qualified name.

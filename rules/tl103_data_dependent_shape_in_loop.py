@@ -4,12 +4,8 @@ from typing import List, Optional, Tuple
 
 import libcst as cst
 
-from torchlint.analysis import Site
-from torchlint.facts import keyword
-from torchlint.names import dotted_name
-from torchlint.project import CHECK_TESTS, check_tests_option
+from torchlint.model import CHECK_TESTS, Site, check_tests_option, dotted_name, keyword, tensor_evidence
 from torchlint.rule import Invalid, Rule, Valid
-from torchlint.tensors import tensor_evidence
 
 # torch functions whose output size depends on the values of their input.
 _SHAPE_FUNCTIONS = {
@@ -284,10 +280,10 @@ class DataDependentShapeInLoop(Rule):
             return
         if len(node.slice) != 1 or not isinstance(node.slice[0].slice, cst.Index):
             return
-        parent = ctx.stack[-2] if len(ctx.stack) > 1 else None
+        parent = ctx.current_parent()
         if isinstance(parent, (cst.AssignTarget, cst.AugAssign)) or (isinstance(parent, cst.AnnAssign) and parent.target is node):
             return  # masked assignment: a masked fill, no sync
-        if isinstance(parent, (cst.Element, cst.StarredElement)) and _in_assign_target(ctx.stack):
+        if isinstance(parent, (cst.Element, cst.StarredElement)) and _in_assign_target(ctx.ancestry()):
             return
         mask = node.slice[0].slice.value
         is_mask, mask_evidence = self._mask_evidence(mask)
@@ -385,12 +381,8 @@ class DataDependentShapeInLoop(Rule):
 
     def finish(self) -> None:
         for site, node, what in self.candidates:
-            if site.in_exception_path():
-                continue
-            loop, helper = site.batch_context()
+            loop, helper = site.per_step()
             if loop is None:
-                continue
-            if site.under_periodic_guard(within=loop if helper is None else None):
                 continue
             advice = (
                 "pass `output_size=`" if "repeat_interleave" in what

@@ -5,10 +5,16 @@ from typing import List, Optional, Tuple
 
 import libcst as cst
 
-from torchlint.analysis import Site, mentions_cuda_availability
-from torchlint.batches import Origin
-from torchlint.facts import LoaderInfo, keyword
-from torchlint.names import dotted_name, last_name
+from torchlint.model import (
+    UNKNOWN_PART,
+    LoaderInfo,
+    Origin,
+    Site,
+    dotted_name,
+    keyword,
+    last_name,
+    mentions_cuda_availability,
+)
 from torchlint.rule import SAFE, UNSAFE, Invalid, Option, Rule, Valid
 
 # A name that holds a device: `device`, `args.device`, `self.dev`, `local_rank`, `x.device`.
@@ -369,7 +375,7 @@ class BlockingHostToDeviceCopy(Rule):
         origin = self.ctx.batches.origin_of(func.value)
         if origin is None or origin.cast:
             return  # a cast made a new tensor in pageable memory
-        if origin.kind == "loop" and not any(a is origin.loop_node for a in self.ctx.stack):
+        if origin.kind == "loop" and not self.ctx.inside(origin.loop_node):
             return  # after the loop: the last batch, once
         if origin.kind == "next" and self.ctx.loop is None:
             return  # one batch pulled before the loop
@@ -411,7 +417,7 @@ class BlockingHostToDeviceCopy(Rule):
             if qname is not None and qname.startswith("torch."):
                 return False  # torch.float16 and friends: a dtype
             value = self.ctx.value_of(dotted_name(expr))
-            if value is not None and depth < 3 and not (isinstance(value, cst.Name) and value.value == "__unpacked__"):
+            if value is not None and depth < 3 and value is not UNKNOWN_PART:
                 if isinstance(value, (cst.SimpleString, cst.Call)):
                     return self._is_gpu_device(value, depth + 1)
             name = last_name(expr) or ""

@@ -1,10 +1,8 @@
 from __future__ import annotations
 
-
-
-from torchlint import crossfile
-from torchlint.facts import LoaderInfo, keyword
+from torchlint.model import LoaderInfo, keyword
 from torchlint.rule import SAFE, UNSAFE, Invalid, Rule, Valid
+
 
 class DataloaderNotPinned(Rule):
     """## What it does
@@ -319,7 +317,7 @@ class DataloaderNotPinned(Rule):
                     self._report(target)
         for loader in unpinned:
             if id(loader) not in flagged:
-                where = crossfile.copied_elsewhere(self.ctx, loader)
+                where = self.ctx.loader_copied_elsewhere(loader)
                 if where is not None:
                     flagged.add(id(loader))
                     self._report(loader, where)

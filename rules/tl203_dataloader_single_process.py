@@ -4,10 +4,7 @@ from typing import Dict, List, Optional, Set
 
 import libcst as cst
 
-from torchlint import crossfile
-from torchlint.analysis import iter_subtree
-from torchlint.facts import LoaderInfo, LoopInfo, does_per_item_work
-from torchlint.names import dotted_name, last_name
+from torchlint.model import LoaderInfo, LoopInfo, does_per_item_work, dotted_name, iter_subtree
 from torchlint.rule import Invalid, Rule, Valid
 
 
@@ -268,8 +265,8 @@ class DataloaderSingleProcess(Rule):
                 self.assigned.setdefault(name, []).append(node.value)
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        if node.name.value == "__getitem__" and self.ctx.class_names and does_per_item_work(node):
-            self.loading_classes.add(self.ctx.class_names[-1])
+        if node.name.value == "__getitem__" and self.ctx.enclosing_class() and does_per_item_work(node):
+            self.loading_classes.add(self.ctx.enclosing_class())
 
     def finish(self) -> None:
         facts = self.ctx.facts
@@ -337,7 +334,7 @@ class DataloaderSingleProcess(Rule):
         if any(arg.keyword is not None and arg.keyword.value in _TRANSFORM_KEYWORDS and not _is_none(arg.value) for arg in node.args):
             return True
         name = qname.rsplit(".", 1)[-1]
-        if name in self.loading_classes or crossfile.class_loads_per_item(self.ctx, node.func):
+        if name in self.loading_classes or self.ctx.class_loads_per_item(node.func):
             return True
         if name in _WRAPPERS and node.args:
             return self._loads_per_item(node.args[0].value, depth + 1)

@@ -4,10 +4,8 @@ from typing import List, Optional, Tuple
 
 import libcst as cst
 
-from torchlint.analysis import Site
-from torchlint.facts import keyword
+from torchlint.model import Site, device_move, keyword
 from torchlint.rule import SAFE, UNSAFE, Fix, Invalid, Rule, Valid
-from torchlint.tensors import device_move
 
 # Factories that take ``device=`` and return the same values wherever they run.
 _DETERMINISTIC = frozenset(

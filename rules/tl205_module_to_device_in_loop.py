@@ -4,11 +4,8 @@ from typing import Dict, List, Set, Tuple
 
 import libcst as cst
 
-from torchlint.analysis import Site
-from torchlint.facts import LoopInfo
-from torchlint.names import dotted_name
+from torchlint.model import LoopInfo, Site, device_move, dotted_name, module_evidence
 from torchlint.rule import Invalid, Rule, Valid
-from torchlint.tensors import device_move, module_evidence
 
 
 class ModuleToDeviceInLoop(Rule):
@@ -236,12 +233,8 @@ class ModuleToDeviceInLoop(Rule):
 
     def finish(self) -> None:
         for site, node, name in self.candidates:
-            if site.in_exception_path():
-                continue
-            loop, helper = site.batch_context()
+            loop, helper = site.per_step()
             if loop is None:
-                continue
-            if site.under_periodic_guard(within=loop if helper is None else None):
                 continue
             if helper is None and self._chosen_in_loop(site, loop, name):
                 continue

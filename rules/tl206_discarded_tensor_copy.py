@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import libcst as cst
 
+from torchlint.model import module_evidence, tensor_evidence
 from torchlint.rule import UNSAFE, Invalid, Rule, Valid
-from torchlint.tensors import module_evidence, tensor_evidence
 
 # Methods that return a converted copy of a tensor but change a module in place.
 _COPY_METHODS = frozenset({"to", "cuda", "half", "float", "double", "bfloat16"})

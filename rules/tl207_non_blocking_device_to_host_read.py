@@ -4,10 +4,8 @@ from typing import Dict, List
 
 import libcst as cst
 
-from torchlint.facts import keyword, literal_bool
-from torchlint.names import dotted_name
+from torchlint.model import device_move, dotted_name, keyword, literal_bool
 from torchlint.rule import Invalid, Rule, Valid
-from torchlint.tensors import device_move
 
 # Reading a tensor's memory on the host.
 _READ_METHODS = frozenset({"numpy", "tolist", "item", "__array__"})

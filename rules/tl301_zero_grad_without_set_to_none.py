@@ -5,10 +5,8 @@ from typing import Dict, List, Optional, Tuple
 
 import libcst as cst
 
-from torchlint.facts import keyword, names_an_optimizer
-from torchlint.names import dotted_name, last_name
+from torchlint.model import dotted_name, is_module_base, keyword, last_name, names_a_module, names_an_optimizer
 from torchlint.rule import SAFE, UNSAFE, Invalid, Rule, Valid
-from torchlint.tensors import is_module_base, names_a_module
 
 _BACKWARD_QUALIFIED = frozenset({"torch.autograd.backward"})
 _GRAD_FUNCTIONS = frozenset({"torch.autograd.grad"})
@@ -382,8 +380,8 @@ class ZeroGradWithoutSetToNone(Rule):
     def visit_Attribute(self, node: cst.Attribute) -> None:
         if node.attr.value != "grad":
             return
-        parent = self.ctx.stack[-2] if len(self.ctx.stack) > 1 else None
-        if _updates_in_place(node, parent, self.ctx.stack[-3] if len(self.ctx.stack) > 2 else None):
+        parent = self.ctx.current_parent()
+        if _updates_in_place(node, parent, self.ctx.current_parent(2)):
             self.grad_updated_in_place = True
         if isinstance(parent, cst.AssignTarget):
             return  # `p.grad = None` writes, it does not read
@@ -442,7 +440,7 @@ class ZeroGradWithoutSetToNone(Rule):
     def _expects_an_error(self) -> bool:
         """Inside ``with pytest.raises(...)`` / ``self.assertRaises(...)``: the call is
         expected to fail (an object whose zero_grad is not supported)."""
-        for node in self.ctx.stack:
+        for node in self.ctx.ancestry():
             if isinstance(node, cst.With):
                 for item in node.items:
                     if isinstance(item.item, cst.Call):

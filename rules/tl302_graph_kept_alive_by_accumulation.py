@@ -4,11 +4,8 @@ from typing import Dict, List, Set, Tuple
 
 import libcst as cst
 
-from torchlint.analysis import Site
-from torchlint.walker import child_nodes
-from torchlint.names import last_name
+from torchlint.model import Site, child_nodes, last_name, requires_grad_evidence
 from torchlint.rule import SAFE, UNSAFE, Invalid, Rule, Valid
-from torchlint.tensors import requires_grad_evidence
 
 # Calls that backpropagate through (or keep differentiating) their receiver/arguments.
 _BACKPROP_METHODS = frozenset({"backward", "manual_backward", "grad", "scale", "vjp", "jvp"})

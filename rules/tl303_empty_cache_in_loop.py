@@ -4,8 +4,7 @@ from typing import List, Optional, Set, Tuple
 
 import libcst as cst
 
-from torchlint.analysis import Site
-from torchlint.facts import FunctionInfo, LoopInfo
+from torchlint.model import FunctionInfo, LoopInfo, Site
 from torchlint.rule import Invalid, Rule, Valid
 
 _EMPTY_CACHE = frozenset(

@@ -4,9 +4,7 @@ from typing import List, Optional, Set, Tuple
 
 import libcst as cst
 
-from torchlint.amp import scaler_call
-from torchlint.facts import FunctionInfo, LoopInfo, optimizer_receiver
-from torchlint.names import dotted_name, last_name
+from torchlint.model import FunctionInfo, LoopInfo, dotted_name, last_name, optimizer_receiver, scaler_call
 from torchlint.rule import Invalid, Rule, Valid
 
 _BACKWARD_METHODS = frozenset({"backward", "manual_backward"})

@@ -6,9 +6,7 @@ from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from torchlint.analysis import exclusive_branches, iter_subtree
-from torchlint.facts import FunctionInfo, keyword, literal_bool
-from torchlint.names import dotted_name
+from torchlint.model import FunctionInfo, dotted_name, exclusive_branches, iter_subtree, keyword, literal_bool
 from torchlint.rule import DISPLAY_ONLY, SAFE, Invalid, Rule, Valid
 
 _CLIPS = frozenset(
@@ -577,7 +575,7 @@ class ClipGradWithoutUnscale(Rule):
     def _add(self, kind: str, scaler: Optional[str], call: cst.Call, clip_name: str = "") -> None:
         scope = self._scope()
         self.scope_info[scope] = self.ctx.function
-        self.events.setdefault(scope, []).append(_Event(kind, scaler, call, tuple(self.ctx.stack), clip_name))
+        self.events.setdefault(scope, []).append(_Event(kind, scaler, call, self.ctx.ancestry(), clip_name))
 
     # -- decide ------------------------------------------------------------------
     def _lookup(self, table: Set[Tuple[Optional[cst.CSTNode], str]], scope: Optional[cst.CSTNode], name: str) -> bool:

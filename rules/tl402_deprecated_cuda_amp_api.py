@@ -5,7 +5,7 @@ from typing import List, Optional, Tuple
 
 import libcst as cst
 
-from torchlint.names import dotted_name
+from torchlint.model import dotted_name, torch_alias
 from torchlint.rule import DISPLAY_ONLY, SAFE, Fix, Invalid, Rule, Valid
 
 # qualified name -> (new API, torch version that has it, version that deprecates the old one)
@@ -314,9 +314,9 @@ class DeprecatedCudaAmpApi(Rule):
             return  # no supported torch deprecates the old spelling
         if self._in_compat_code():
             return
-        torch_alias = self._torch_alias()
-        direct = (dotted_name(node.func) or "").split(".", 1)[0] == torch_alias
-        fix = self._fix(node, new_name, torch_alias)
+        alias = torch_alias(self.ctx.names)
+        direct = (dotted_name(node.func) or "").split(".", 1)[0] == alias
+        fix = self._fix(node, new_name, alias)
         spelled = "autocast" if new_name == "autocast" else "GradScaler"
         imported = "" if direct else " (through `from torch.cuda.amp import`)"
         self.report(
@@ -345,12 +345,6 @@ class DeprecatedCudaAmpApi(Rule):
                 if any(_handles_missing_api(h) for h in ancestor.handlers):
                     return True
         return False
-
-    def _torch_alias(self) -> Optional[str]:
-        for local, full in self.ctx.names.aliases.items():
-            if full == "torch" and "." not in local:
-                return local
-        return None
 
     def _fix(self, node: cst.Call, new_name: str, torch_alias: Optional[str]) -> Optional[Fix]:
         if any(arg.star == "*" for arg in node.args):

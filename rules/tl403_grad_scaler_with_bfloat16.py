@@ -4,7 +4,7 @@ from typing import Dict, List, Optional, Tuple
 
 import libcst as cst
 
-from torchlint.amp import autocast_dtype, enabled, is_autocast_call, is_grad_scaler_call
+from torchlint.model import autocast_dtype, enabled, is_autocast_call, is_grad_scaler_call
 from torchlint.rule import Invalid, Rule, Valid
 
 _BFLOAT16 = "bfloat16"
@@ -248,8 +248,8 @@ class GradScalerWithBfloat16(Rule):
             if function.parent is None:
                 return function.node
             function = function.parent
-        if self.ctx.class_names:
-            return ("class", self.ctx.class_names[-1])
+        if self.ctx.enclosing_class():
+            return ("class", self.ctx.enclosing_class())
         return None
 
     def visit_Call(self, node: cst.Call) -> None:

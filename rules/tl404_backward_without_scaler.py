@@ -5,9 +5,15 @@ from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from torchlint.amp import enabled, is_grad_scaler_call, scaled_backward, scaler_call, tensor_backward
-from torchlint.analysis import Site
-from torchlint.names import dotted_name
+from torchlint.model import (
+    Site,
+    dotted_name,
+    enabled,
+    is_grad_scaler_call,
+    scaled_backward,
+    scaler_call,
+    tensor_backward,
+)
 from torchlint.rule import UNSAFE, Invalid, Rule, Valid
 
 # A condition naming one of these chooses between the AMP and the plain path.
@@ -279,8 +285,8 @@ class BackwardWithoutScaler(Rule):
         return self.ctx.function.node if self.ctx.function is not None else None
 
     def _scaler_key(self, name: str) -> Tuple[object, str]:
-        if name.startswith("self.") and self.ctx.class_names:
-            return (self.ctx.class_names[-1], name)
+        if name.startswith("self.") and self.ctx.enclosing_class():
+            return (self.ctx.enclosing_class(), name)
         return (self._scope(), name)
 
     def visit_Assign(self, node: cst.Assign) -> None:

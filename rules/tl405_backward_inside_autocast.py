@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from torchlint.amp import autocast_dtype, enclosing_autocast, tensor_backward
+from torchlint.model import autocast_dtype, enclosing_autocast, tensor_backward
 from torchlint.rule import Invalid, Rule, Valid
 
 

@@ -5,9 +5,7 @@ from typing import List, Optional, Set, Tuple
 
 import libcst as cst
 
-from torchlint.analysis import Site, iter_subtree
-from torchlint.names import dotted_name, last_name
-from torchlint.project import CHECK_TESTS, check_tests_option, requires_cuda
+from torchlint.model import CHECK_TESTS, Site, check_tests_option, dotted_name, iter_subtree, last_name, requires_cuda
 from torchlint.rule import DISPLAY_ONLY, SAFE, Fix, Invalid, Rule, Valid
 
 _CUDA_LITERAL = re.compile(r"^cuda(:\d+)?$")
@@ -436,7 +434,7 @@ class HardcodedCudaDevice(Rule):
         if self.cuda_only_file or node.default is None or not is_cuda_literal(node.default):
             return
         if _DEVICE_NAME.match(node.name.value):
-            function = next((n for n in reversed(self.ctx.stack) if isinstance(n, cst.FunctionDef)), None)
+            function = next((n for n in reversed(self.ctx.ancestry()) if isinstance(n, cst.FunctionDef)), None)
             if function is not None and "device_type" in function.name.value.lower():
                 return  # set_device_type(device="cuda"): a device type, by the function's own name
             if function is not None:
@@ -526,7 +524,7 @@ class HardcodedCudaDevice(Rule):
 
     def _defines(self, device: str) -> bool:
         """Is the current statement the assignment of ``device`` itself?"""
-        for node in reversed(self.ctx.stack):
+        for node in reversed(self.ctx.ancestry()):
             if isinstance(node, cst.Assign):
                 return any(dotted_name(t.target) == device for t in node.targets)
             if isinstance(node, (cst.BaseCompoundStatement, cst.SimpleStatementLine)):
@@ -542,11 +540,11 @@ class HardcodedCudaDevice(Rule):
             for param in (*params.posonly_params, *params.params, *params.kwonly_params):
                 if _DEVICE_NAME.match(param.name.value) and not (param.default is not None and is_cuda_literal(param.default)):
                     names.add(param.name.value)
-            for name, value in self.ctx.values.items():
+            for name, value in self.ctx.scope_values().items():
                 if "." not in name and self._holds_device(name, value) and not is_cuda_literal(value):
                     names.add(name)
         else:
-            for name, value in self.ctx.values.items():
+            for name, value in self.ctx.scope_values().items():
                 if "." not in name and self._holds_device(name, value) and not is_cuda_literal(value):
                     names.add(name)
         if not names and function is not None:

@@ -6,16 +6,23 @@ from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from torchlint.analysis import NO_GRAD_CONTEXTS, Site, exclusive_branches, is_no_grad_decorated
-from torchlint.context import steps_optimizer
-from torchlint.facts import FunctionInfo
-from torchlint.names import dotted_name, last_name
-from torchlint.project import CHECK_TESTS, check_tests_option
+from torchlint.model import (
+    CHECK_TESTS,
+    NO_GRAD_CONTEXTS,
+    SET_GRAD_ENABLED,
+    FunctionInfo,
+    Site,
+    check_tests_option,
+    dotted_name,
+    exclusive_branches,
+    is_no_grad_decorated,
+    last_name,
+    steps_optimizer,
+)
 from torchlint.rule import DISPLAY_ONLY, UNSAFE, Edit, Invalid, Rule, Valid
 
 EVAL, TRAIN, FORWARD, GRAD, NO_GRAD_ON, NO_GRAD_OFF = "eval", "train", "forward", "grad", "no_grad_on", "no_grad_off"
 
-_SET_GRAD_ENABLED = frozenset({"torch.set_grad_enabled", "torch.autograd.set_grad_enabled", "torch.autograd.grad_mode.set_grad_enabled"})
 _ENABLE_GRAD = frozenset({"torch.enable_grad", "torch.autograd.enable_grad", "torch.autograd.grad_mode.enable_grad"})
 _AUTOGRAD_CALLS = frozenset({"torch.autograd.grad", "torch.autograd.backward", "torch.autograd.functional.jacobian", "torch.func.grad"})
 # Methods a framework already calls under no_grad (Lightning's evaluation
@@ -460,7 +467,7 @@ class EvalWithoutNoGrad(Rule):
         return scope
 
     def _add(self, scope: _Scope, kind: str, node: cst.CSTNode, names: Tuple[str, ...] = ()) -> None:
-        scope.events.append(_Event(kind, node, tuple(self.ctx.stack), names))
+        scope.events.append(_Event(kind, node, self.ctx.ancestry(), names))
 
     # -- walk ------------------------------------------------------------------
     def visit_Call(self, node: cst.Call) -> None:
@@ -491,7 +498,7 @@ class EvalWithoutNoGrad(Rule):
                 scope.needs_grad = True
                 self._add(scope, GRAD, node)
                 return
-            if qname in _SET_GRAD_ENABLED and node.args and isinstance(self.ctx.stack[-2], cst.Expr):
+            if qname in SET_GRAD_ENABLED and node.args and isinstance(self.ctx.current_parent(), cst.Expr):
                 value = node.args[0].value
                 self._add(self._scope(), NO_GRAD_ON if _is_false(value) else NO_GRAD_OFF, node)
                 return
@@ -513,7 +520,7 @@ class EvalWithoutNoGrad(Rule):
         receiver = _receiver_root(func.value)
         if receiver:
             names.add(receiver)
-        parent = self.ctx.stack[-2] if len(self.ctx.stack) > 1 else None
+        parent = self.ctx.current_parent()
         if isinstance(parent, cst.Arg):
             return  # ``torch.jit.freeze(f.eval())``: the eval'd module is handed to someone else
         if isinstance(parent, cst.Assign) and parent.value is node:
@@ -588,7 +595,7 @@ class EvalWithoutNoGrad(Rule):
                         qname = self.ctx.qualified_name(call.func)
                         if qname in _ENABLE_GRAD or qname in NO_GRAD_CONTEXTS:
                             return True
-                        if qname in _SET_GRAD_ENABLED and call.args and not _is_false(call.args[0].value):
+                        if qname in SET_GRAD_ENABLED and call.args and not _is_false(call.args[0].value):
                             return True  # an explicit grad-mode choice
         return False
 

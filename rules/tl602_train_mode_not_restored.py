@@ -5,11 +5,8 @@ from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from torchlint.analysis import Site, loop_trains, module_mode_call
-from torchlint.facts import FunctionInfo, LoopInfo
-from torchlint.names import dotted_name
+from torchlint.model import FunctionInfo, LoopInfo, Site, dotted_name, loop_trains, module_mode_call
 from torchlint.rule import Invalid, Rule, Valid
-
 
 # Models that are evaluated but never trained: staying in eval mode is right.
 _NOT_TRAINED = re.compile(r"(?i)(ema|teacher|target|frozen|shadow|swa|averaged|reference|ref_model|^ref$|critic_target)")

@@ -5,10 +5,8 @@ from typing import List, Optional, Set, Tuple
 
 import libcst as cst
 
-from torchlint.names import dotted_name
-from torchlint.project import CHECK_TESTS, check_tests_option
+from torchlint.model import CHECK_TESTS, check_tests_option, dotted_name, is_module_base, names_a_module
 from torchlint.rule import SAFE, Invalid, Rule, Valid
-from torchlint.tensors import is_module_base, names_a_module
 
 # Attributes that hold the module a wrapper wraps: a wrapper's forward calling
 # their ``forward`` bypasses the inner hooks on purpose (DDP, FSDP, checkpoint

@@ -4,9 +4,7 @@ from typing import List, Optional, Set, Tuple
 
 import libcst as cst
 
-from torchlint.analysis import Site
-from torchlint.facts import LoopInfo, optimizer_receiver
-from torchlint.names import dotted_name, last_name
+from torchlint.model import LoopInfo, Site, dotted_name, last_name, optimizer_receiver
 from torchlint.rule import Invalid, Rule, Valid
 
 DATA_PARALLEL_WRAPPERS = ("DistributedDataParallel", "FullyShardedDataParallel")
@@ -280,7 +278,7 @@ class DdpAccumulationWithoutNoSync(Rule):
         ctx = self.ctx
         if is_data_parallel_wrapper(ctx, node):
             self.has_wrapper = True
-            parent = ctx.stack[-2] if len(ctx.stack) > 1 else None
+            parent = ctx.current_parent()
             if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
                 target = dotted_name(parent.targets[0].target)
                 if target is not None:

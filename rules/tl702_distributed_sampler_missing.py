@@ -5,9 +5,7 @@ from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from torchlint.analysis import loop_trains
-from torchlint.facts import LoaderInfo, is_dataloader_call, keyword, literal_bool
-from torchlint.names import dotted_name, last_name
+from torchlint.model import LoaderInfo, dotted_name, is_dataloader_call, keyword, last_name, literal_bool, loop_trains
 from torchlint.rule import Invalid, Rule, Valid
 
 _WRAPPERS = ("DistributedDataParallel", "FullyShardedDataParallel")

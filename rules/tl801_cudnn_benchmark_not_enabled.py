@@ -4,7 +4,7 @@ import re
 
 import libcst as cst
 
-from torchlint.analysis import conv_dims, outermost_loop_in_function, torch_alias, training_entry_loop
+from torchlint.model import conv_dims, outermost_loop_in_function, torch_alias, training_entry_loop
 from torchlint.rule import UNSAFE, Invalid, Rule, Valid
 
 # The script already decides about cuDNN autotuning (either way), or asks for
@@ -321,7 +321,7 @@ class CudnnBenchmarkNotEnabled(Rule):
         if loop is None:
             return
         outer = outermost_loop_in_function(loop)
-        alias = torch_alias(self.ctx)
+        alias = torch_alias(self.ctx.names)
         fix = None
         if alias is not None:
             fix = self.ctx.fix(

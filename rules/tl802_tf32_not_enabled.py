@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import re
 
-from torchlint.analysis import outermost_loop_in_function, torch_alias, training_entry_loop
+from torchlint.model import outermost_loop_in_function, torch_alias, training_entry_loop
 from torchlint.rule import UNSAFE, Invalid, Rule, Valid
 
 # The script already decides about TF32 (either way).
@@ -327,7 +327,7 @@ class Tf32NotEnabled(Rule):
         if loop is None:
             return
         outer = outermost_loop_in_function(loop)
-        alias = torch_alias(self.ctx)
+        alias = torch_alias(self.ctx.names)
         fix = None
         if alias is not None:
             line = (

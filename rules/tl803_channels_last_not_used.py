@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from torchlint.analysis import conv_dims, outermost_loop_in_function, training_entry_loop
+from torchlint.model import conv_dims, outermost_loop_in_function, training_entry_loop
 from torchlint.rule import Invalid, Rule, Valid
 
 _AUTOCAST = frozenset(
