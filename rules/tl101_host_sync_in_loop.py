@@ -1,13 +1,21 @@
 from __future__ import annotations
 
-from typing import List, Optional, Tuple, Union
+from typing import List, Optional, Set, Tuple, Union
 
 import libcst as cst
 
 from torchlint.analysis import Site
 from torchlint.project import CHECK_TESTS, check_tests_option
 from torchlint.rule import DISPLAY_ONLY, Fix, Invalid, Rule, Valid
-from torchlint.tensors import already_on_host, lives_on_host, module_evidence, reads_host, tensor_evidence
+from torchlint.tensors import (
+    SYNCHRONIZE_CALLS,
+    already_on_host,
+    launches_device_work,
+    lives_on_host,
+    module_evidence,
+    reads_host,
+    tensor_evidence,
+)
 
 _CONVERSIONS = ("float", "int", "bool")
 _MODULE_METHODS = frozenset(
@@ -25,6 +33,12 @@ class HostSyncInLoop(Rule):
     tensor, and `if`/`while`/`assert` on a tensor. A sync inside a helper
     function of the same module that the loop calls is reported at the sync
     line, naming the loop.
+
+    Only the first wait of an iteration is reported: once a host read (or a
+    `torch.cuda.synchronize()`, for timing) has drained the GPU, later reads
+    in the same iteration find nothing queued and cost nothing more, unless a
+    model or loss call, a backward, an optimizer step or a collective comes
+    in between.
 
     The rule stays silent under a periodic guard (`if step % N == 0:`), once
     per epoch or after the loop, on exception paths (`except` blocks, `raise`
@@ -170,9 +184,35 @@ class HostSyncInLoop(Rule):
                     continue
                 print(loss.item())
         """),
+        # The first read drains the GPU; the later reads of the step are free.
+        Valid("""
+            import torch
+            for batch in loader:
+                loss = model(batch)
+                loss.backward()
+                optimizer.step()
+                torch.cuda.synchronize()
+                meter.update(loss.item())
+                print(f"loss {loss.item():.4f}")
+        """),
     ]
 
     INVALID = [
+        # Only the first of several reads in a step is reported; a model call
+        # in between queues new work, so the next read waits again.
+        Invalid(
+            """
+            for batch in loader:
+                loss = model(batch)
+                loss.backward()
+                running += loss.item()
+                print(f"loss {loss.item():.4f}")
+                writer.add_scalar("loss", loss.item())
+                aux = model(batch)
+                writer.add_scalar("aux", aux.item())
+            """,
+            count=2,
+        ),
         Invalid(
             """
             for batch in loader:
@@ -267,6 +307,7 @@ class HostSyncInLoop(Rule):
                 batch = batch.to(device)
                 out = model(batch)
                 out.tolist()
+                out = model(batch)
                 out.cpu().numpy()
             """,
             count=2,
@@ -288,10 +329,15 @@ class HostSyncInLoop(Rule):
         super().__init__(ctx, options)
         # (site, node, what, fix, result discarded, parameter whose callers must pass a tensor)
         self.candidates: List[Tuple[Site, cst.CSTNode, str, Optional[Fix], bool, Optional[str]]] = []
+        # (id(block), index) of statements that run a `torch.cuda.synchronize()`
+        self.synchronized_positions: Set[Tuple[int, int]] = set()
 
     # -- collecting candidates while walking -----------------------------------
     def visit_Call(self, node: cst.Call) -> None:
         if self.ctx.loop is None and self.ctx.function is None:
+            return
+        if self.ctx.qualified_name(node.func) in SYNCHRONIZE_CALLS:
+            self.synchronized_positions.update(_unconditional_positions(self.ctx.site()))
             return
         method = reads_host(node)
         if method is not None:
@@ -343,6 +389,25 @@ class HostSyncInLoop(Rule):
             if evidence:
                 self._candidate(part, f"{keyword} on a tensor", None, param=evidence)
                 return
+
+    def _host_already_waited(self, site: Site, waited: Set[Tuple[int, int]]) -> bool:
+        """Has the host already waited for the GPU earlier in this iteration
+        (an earlier host read or a `torch.cuda.synchronize()` in a block that
+        holds the node, with no model call, backward or optimizer step since)?"""
+        for block, child in site.ancestors():
+            if isinstance(block, (cst.For, cst.While, cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+                return False  # the iteration (or the helper's body) starts here
+            if not isinstance(block, cst.IndentedBlock):
+                continue
+            index = block.body.index(child)
+            if (id(block), index) in waited:
+                return True  # an earlier read in the same statement
+            for earlier in range(index - 1, -1, -1):
+                if (id(block), earlier) in waited or (id(block), earlier) in self.synchronized_positions:
+                    return True
+                if launches_device_work(self.ctx, block.body[earlier]):
+                    return False
+        return False
 
     def _used_as_module(self, node: cst.CSTNode) -> bool:
         """``m.cpu().parameters()``: the result of `.cpu()` is used as a module."""
@@ -399,11 +464,20 @@ class HostSyncInLoop(Rule):
 
     # -- deciding, once the module's loops and calls are known -------------------
     def finish(self) -> None:
+        # Where the host has already waited this iteration: (id(block), index of
+        # the statement in it). A read after one of these, with no model call,
+        # backward or optimizer step in between, finds the GPU drained and costs
+        # nothing more; only the first read of an iteration is worth changing.
+        waited: Set[Tuple[int, int]] = set()
         for site, node, what, fix, discarded, param in self.candidates:
             if site.in_exception_path():
                 continue
             if param is not None and not self.ctx.facts.param_receives_tensor(site.function, param):
                 continue  # a parameter no caller in the module passes a tensor for
+            already_waited = self._host_already_waited(site, waited)
+            waited.update(_unconditional_positions(site))
+            if already_waited:
+                continue
             loop, helper = site.batch_context()
             if loop is None:
                 # a generation or other non-batch loop: only a read nobody uses is worth a word
@@ -423,6 +497,29 @@ class HostSyncInLoop(Rule):
                     "read the value every N steps instead"
                 )
             self.report(node, message, fix)
+
+
+def _unconditional_positions(site: Site) -> List[Tuple[int, int]]:
+    """(id(block), index) of the statements that hold the node and run it
+    whenever they run: not in an `if`/`else` body, a loop body, a handler, the
+    far side of `and`/`or` or a conditional expression (a `with` body is run)."""
+    positions = []
+    unconditional = True
+    for block, child in site.ancestors():
+        if isinstance(block, (cst.For, cst.While, cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            break
+        if isinstance(block, cst.IndentedBlock):
+            if unconditional:
+                positions.append((id(block), block.body.index(child)))
+        elif isinstance(block, (cst.If, cst.Else, cst.ExceptHandler, cst.ExceptStarHandler, cst.Finally)) and child is not getattr(block, "test", None):
+            unconditional = False
+        elif isinstance(block, cst.IfExp) and child is not block.test:
+            unconditional = False
+        elif isinstance(block, cst.BooleanOperation) and child is block.right:
+            unconditional = False
+        elif isinstance(block, (cst.ListComp, cst.GeneratorExp, cst.DictComp, cst.SetComp)):
+            unconditional = False  # may run zero times
+    return positions
 
 
 def _is_to_cpu(node: cst.Call) -> bool:
