@@ -22,6 +22,9 @@ _MODULE_METHODS = frozenset(
     {"parameters", "named_parameters", "state_dict", "load_state_dict", "modules", "named_modules", "children", "eval", "train", "buffers"}
 )
 _FORMATTERS = ("print", "str", "repr", "format")
+# Tensor methods whose size arguments must be Python ints: a tensor there is read back.
+# (positions, keywords) of each one's int arguments.
+_INT_ARGUMENT_METHODS = {"topk": ((0,), ("k",)), "kthvalue": ((0,), ("k",)), "narrow": ((1, 2), ("start", "length"))}
 
 
 class HostSyncInLoop(Rule):
@@ -30,7 +33,9 @@ class HostSyncInLoop(Rule):
     body of a training or evaluation loop, and so run on every batch:
     `.item()`, `.tolist()`, `.cpu()`, `.to("cpu")`, `.numpy()`, `float(t)`,
     `int(t)` and `bool(t)` of a tensor, `print` or string formatting of a
-    tensor, and `if`/`while`/`assert` on a tensor. A sync inside a helper
+    tensor, `if`/`while`/`assert` on a tensor, and a tensor used where Python
+    needs an int (`range(n)`, a slice bound `x[:n]`, `x.topk(k)`,
+    `x.narrow(0, start, length)`). A sync inside a helper
     function of the same module that the loop calls is reported at the sync
     line, naming the loop.
 
@@ -184,6 +189,16 @@ class HostSyncInLoop(Rule):
                     continue
                 print(loss.item())
         """),
+        # Python ints where ints are needed: nothing is read back.
+        Valid("""
+            for x, y in loader:
+                x = x.to(device)
+                out = model(x)
+                top = out.topk(5)
+                head = out[:, : len(y)]
+                for i in range(x.size(0)):
+                    pass
+        """),
         # The first read drains the GPU; the later reads of the step are free.
         Valid("""
             import torch
@@ -198,6 +213,39 @@ class HostSyncInLoop(Rule):
     ]
 
     INVALID = [
+        # A device tensor where Python needs an int is read back implicitly.
+        Invalid(
+            """
+            for tokens, lengths in loader:
+                tokens = tokens.to(device)
+                lengths = lengths.to(device)
+                logits = model(tokens)
+                longest = lengths.max()
+                logits = logits[:, :longest]
+            """,
+            message="slice bound",
+        ),
+        Invalid(
+            """
+            for x, y in loader:
+                x = x.to(device)
+                scores = model(x)
+                k = (scores > 0).sum()
+                best = scores.topk(k)
+            """,
+            message="`.topk()`",
+        ),
+        Invalid(
+            """
+            for x, y in loader:
+                x = x.to(device)
+                out = model(x)
+                n = out.argmax()
+                for i in range(n):
+                    pass
+            """,
+            message="`range()`",
+        ),
         # Only the first of several reads in a step is reported; a model call
         # in between queues new work, so the next read waits again.
         Invalid(
@@ -361,10 +409,42 @@ class HostSyncInLoop(Rule):
                 evidence = self._is_device_value(node.args[0].value)
                 if evidence:
                     self._candidate(node, f"`{func}()` of a tensor", None, param=evidence)
+            elif func == "range":
+                self._implicit_int(node.args, "`range()` of a tensor")
+                return
             elif func in _FORMATTERS:
                 evidence = next((e for e in (self._is_device_value(a.value) for a in node.args if not a.keyword) if e), False)
                 if evidence:
                     self._candidate(node, f"`{func}()` of a tensor", None, param=evidence)
+
+        if isinstance(node.func, cst.Attribute) and node.func.attr.value in _INT_ARGUMENT_METHODS:
+            # ``x.topk(k)``, ``x.narrow(0, start, length)``: Python ints the host must read
+            positions, keywords = _INT_ARGUMENT_METHODS[node.func.attr.value]
+            sizes = [
+                a for i, a in enumerate(node.args)
+                if (a.keyword is None and not a.star and i in positions) or (a.keyword is not None and a.keyword.value in keywords)
+            ]
+            self._implicit_int(sizes, f"a tensor as an int argument of `.{node.func.attr.value}()`")
+
+    def visit_Slice(self, node: cst.Slice) -> None:
+        """``x[:n]`` with a device tensor ``n``: the bound is read as a Python int."""
+        if self.ctx.loop is None and self.ctx.function is None:
+            return
+        for bound in (node.lower, node.upper, node.step):
+            if bound is not None:
+                evidence = self._is_device_value(bound)
+                if evidence:
+                    self._candidate(bound, "a tensor as a slice bound (read as a Python int)", None, param=evidence)
+                    return
+
+    def _implicit_int(self, args, what: str) -> None:
+        for arg in args:
+            if arg.star or arg.keyword is not None and arg.keyword.value not in ("k", "start", "length"):
+                continue
+            evidence = self._is_device_value(arg.value)
+            if evidence:
+                self._candidate(arg.value, what, None, param=evidence)
+                return
 
     def visit_FormattedStringExpression(self, node: cst.FormattedStringExpression) -> None:
         if self.ctx.loop is not None or self.ctx.function is not None:

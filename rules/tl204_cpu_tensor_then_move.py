@@ -137,6 +137,13 @@ class CpuTensorThenMove(Rule):
             import torch
             t = torch.ones(3).to(other)
         """),
+        # A cast on the host, not a move.
+        Valid("""
+            import torch
+            for batch in loader:
+                mask = torch.ones(4, 8).type(torch.FloatTensor)
+                half = torch.ones(4, 8).type(torch.float16)
+        """),
         # numpy's zeros.
         Valid("""
             import numpy as np
@@ -209,6 +216,16 @@ class CpuTensorThenMove(Rule):
             for batch in loader:
                 buf = zeros(16, dtype=torch.long, device=rank)
             """,
+        ),
+        # The legacy tensor-type move: reported, no fix.
+        Invalid(
+            """
+            import torch
+            for batch in loader:
+                mask = torch.ones(4, 8).type(torch.cuda.FloatTensor)
+            """,
+            fixed=None,
+            message="`.type(...)`",
         ),
         Invalid(
             """
@@ -300,7 +317,7 @@ class CpuTensorThenMove(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
-        if not isinstance(func, cst.Attribute) or func.attr.value not in ("to", "cuda"):
+        if not isinstance(func, cst.Attribute) or func.attr.value not in ("to", "cuda", "type"):
             return
         factory = func.value
         if not isinstance(factory, cst.Call):
@@ -326,7 +343,7 @@ class CpuTensorThenMove(Rule):
         if random:
             message += " (the device's random generator draws different numbers than the CPU's)"
         fix = None
-        device = self._device_argument(node)
+        device = self._device_argument(node) if func.attr.value != "type" else None
         if device is not None:
             unsafe = random or (requires_grad is not None and not (isinstance(requires_grad.value, cst.Name) and requires_grad.value.value == "False"))
             new_arg = cst.Arg(

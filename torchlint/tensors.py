@@ -283,6 +283,8 @@ def device_move(ctx: "FileContext", call: cst.Call) -> Optional[str]:
     method = func.attr.value
     if method == "cuda":
         return "device"
+    if method == "type":
+        return _tensor_type_move(ctx, call)
     if method == "cpu":
         return "cpu" if not call.args else None
     if method != "to" or not call.args:
@@ -298,6 +300,22 @@ def device_move(ctx: "FileContext", call: cst.Call) -> Optional[str]:
         return None
     return device_kind(ctx, device_arg)
 
+
+def _tensor_type_move(ctx: "FileContext", call: cst.Call) -> Optional[str]:
+    """``x.type(torch.cuda.FloatTensor)`` (or its name as a string) copies ``x``
+    to the GPU, like ``.cuda()``; ``.type(torch.FloatTensor)`` to the CPU."""
+    first = call.args[0] if call.args else None
+    if first is None or first.star or (first.keyword is not None and first.keyword.value != "dtype"):
+        return None
+    if isinstance(first.value, cst.SimpleString):
+        name = first.value.evaluated_value if isinstance(first.value.evaluated_value, str) else None
+    else:
+        name = ctx.names.qualified_name(first.value)
+    if not name or not name.endswith("Tensor"):
+        return None
+    if name.startswith("torch.cuda."):
+        return "device"
+    return "cpu" if name.count(".") == 1 and name.startswith("torch.") else None
 
 
 # -- "does this tensor require grad?" (TL302) -------------------------------------
