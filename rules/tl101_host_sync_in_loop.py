@@ -218,10 +218,9 @@ class HostSyncInLoop(Rule):
             """
             for tokens, lengths in loader:
                 tokens = tokens.to(device)
-                lengths = lengths.to(device)
-                logits = model(tokens)
-                longest = lengths.max()
-                logits = logits[:, :longest]
+                scores = model(tokens)
+                keep = (scores > 0).sum()
+                kept = tokens[:, :keep]
             """,
             message="slice bound",
         ),
