@@ -23,6 +23,8 @@ _MODULE_METHODS = frozenset(
 )
 _FORMATTERS = ("print", "str", "repr", "format")
 # Tensor methods whose size arguments must be Python ints: a tensor there is read back.
+# Container methods that keep what they are given.
+_COLLECTING_METHODS = frozenset({"append", "extend", "add", "insert", "put", "put_nowait"})
 # (positions, keywords) of each one's int arguments.
 _INT_ARGUMENT_METHODS = {"topk": ((0,), ("k",)), "kthvalue": ((0,), ("k",)), "narrow": ((1, 2), ("start", "length"))}
 
@@ -38,6 +40,11 @@ class HostSyncInLoop(Rule):
     `x.narrow(0, start, length)`). A sync inside a helper
     function of the same module that the loop calls is reported at the sync
     line, naming the loop.
+
+    Copies whose result is kept in a host container (`preds.append(out.cpu())`,
+    `[p.cpu() for p in outs]`, `results[k] = out.cpu().numpy()`) are left
+    alone: the host needs that data (metrics, saving, a caching pass), so the
+    copy is the work. `total.append(loss.item())` is still reported.
 
     Only the first wait of an iteration is reported: once a host read (or a
     `torch.cuda.synchronize()`, for timing) has drained the GPU, later reads
@@ -198,6 +205,16 @@ class HostSyncInLoop(Rule):
                 head = out[:, : len(y)]
                 for i in range(x.size(0)):
                     pass
+        """),
+        # Results gathered on the host for metrics or saving: the copy is the work.
+        Valid("""
+            all_preds, by_id = [], {}
+            for images, ids in loader:
+                images = images.to(device)
+                logits = model(images)
+                all_preds.append(logits.argmax(1).cpu())
+                by_id[ids[0]] = logits.softmax(-1).cpu().numpy()
+                probs = [p.cpu() for p in logits.split(1)]
         """),
         # The first read drains the GPU; the later reads of the step are free.
         Valid("""
@@ -393,12 +410,16 @@ class HostSyncInLoop(Rule):
                 return  # not a tensor, or one in host memory: nothing to wait for
             if method == "cpu" and (module_evidence(self.ctx, receiver) or self._result_discarded(node) or self._used_as_module(node)):
                 return  # a discarded `.cpu()` result is a module moved in place
+            if method != "item" and self._collected_on_host(node):
+                return  # the copy is the point: results gathered on the host
             self._candidate(node, f"`.{method}()`", self._accumulate_fix(node), discardable=True)
             return
         if _is_to_cpu(node):
             receiver = node.func.value  # type: ignore[attr-defined]
             if self._result_discarded(node):
                 return  # `component.to("cpu")` as a statement moves a module
+            if self._collected_on_host(node):
+                return
             if not already_on_host(receiver) and not module_evidence(self.ctx, receiver) and tensor_evidence(self.ctx, receiver) is not False:
                 self._candidate(node, '`.to("cpu")`', None, discardable=True)
             return
@@ -419,6 +440,8 @@ class HostSyncInLoop(Rule):
         if isinstance(node.func, cst.Attribute) and node.func.attr.value in _INT_ARGUMENT_METHODS:
             # ``x.topk(k)``, ``x.narrow(0, start, length)``: Python ints the host must read
             positions, keywords = _INT_ARGUMENT_METHODS[node.func.attr.value]
+            if (self.ctx.qualified_name(node.func) or "").startswith("torch."):
+                positions = tuple(p + 1 for p in positions)  # ``torch.topk(x, k)``: the tensor comes first
             sizes = [
                 a for i, a in enumerate(node.args)
                 if (a.keyword is None and not a.star and i in positions) or (a.keyword is not None and a.keyword.value in keywords)
@@ -486,6 +509,37 @@ class HostSyncInLoop(Rule):
                     return True
                 if launches_device_work(self.ctx, block.body[earlier]):
                     return False
+        return False
+
+    def _collected_on_host(self, node: cst.CSTNode) -> bool:
+        """Is the copied tensor kept in a host container: ``preds.append(out.cpu())``,
+        ``[p.cpu() for p in preds]``, ``results[key] = out.cpu().numpy()``? Then the
+        host needs the data (results gathered for metrics or saving, a caching
+        pass whose purpose is the copy), and the copy is the work, not a stall."""
+        stack = self.ctx.stack
+        index = len(stack) - 1
+        while index > 0 and stack[index] is not node:
+            index -= 1
+        child = node
+        for parent in reversed(stack[:index]):
+            if isinstance(parent, cst.Attribute) or (isinstance(parent, cst.Call) and parent.func is child):
+                child = parent  # ``.cpu().numpy()``, ``.cpu().float()``: the same value
+                continue
+            if isinstance(parent, cst.Arg):
+                child = parent
+                continue
+            if isinstance(parent, cst.Call):
+                return isinstance(parent.func, cst.Attribute) and parent.func.attr.value in _COLLECTING_METHODS
+            if isinstance(parent, (cst.ListComp, cst.SetComp, cst.GeneratorExp)):
+                return child is parent.elt
+            if isinstance(parent, cst.DictComp):
+                return child is parent.value
+            if isinstance(parent, (cst.Element, cst.DictElement, cst.List, cst.Tuple, cst.Dict)):
+                child = parent
+                continue
+            if isinstance(parent, cst.Assign):
+                return any(isinstance(t.target, cst.Subscript) for t in parent.targets)
+            return False
         return False
 
     def _used_as_module(self, node: cst.CSTNode) -> bool:
