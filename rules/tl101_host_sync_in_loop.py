@@ -4,9 +4,9 @@ from typing import List, Optional, Set, Tuple, Union
 
 import libcst as cst
 
-from torchlint.analysis import Site
+from torchlint.analysis import Site, per_batch_anchor
 from torchlint.project import CHECK_TESTS, check_tests_option
-from torchlint.rule import DISPLAY_ONLY, Fix, Invalid, Rule, Valid
+from torchlint.rule import DISPLAY_ONLY, Evidence, Fix, Invalid, Rule, Valid
 from torchlint.tensors import (
     SYNCHRONIZE_CALLS,
     already_on_host,
@@ -615,7 +615,11 @@ class HostSyncInLoop(Rule):
             if loop is None:
                 # a generation or other non-batch loop: only a read nobody uses is worth a word
                 if discarded and site.loop is not None:
-                    self.report(node, f"{what} forces a host-device sync on every iteration, and its result is discarded")
+                    self.report(
+                        node,
+                        f"{what} forces a host-device sync on every iteration, and its result is discarded",
+                        evidence=[Evidence("runs on every iteration of this loop", node=site.loop.node)],
+                    )
                 continue
             if site.under_periodic_guard(within=loop if helper is None else None):
                 continue
@@ -629,7 +633,13 @@ class HostSyncInLoop(Rule):
                     f"{what} in `{helper.name}()` forces a host-device sync once per batch: it is called from {loop.line_hint}; "
                     "read the value every N steps instead"
                 )
-            self.report(node, message, fix)
+            self.report(node, message, fix, evidence=_loop_evidence(loop, helper))
+
+
+def _loop_evidence(loop, helper) -> List[Evidence]:
+    """Why the read runs per batch: the loop, or the helper's call from it."""
+    text = f"runs once per batch: {loop.line_hint}" if helper is None else f"`{helper.name}()` runs once per batch: {loop.line_hint}"
+    return [Evidence(text, node=per_batch_anchor(loop, helper))]
 
 
 def _unconditional_positions(site: Site) -> List[Tuple[int, int]]:

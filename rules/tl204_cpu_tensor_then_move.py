@@ -4,9 +4,9 @@ from typing import List, Optional, Tuple
 
 import libcst as cst
 
-from torchlint.analysis import Site
+from torchlint.analysis import Site, per_batch_anchor
 from torchlint.facts import keyword
-from torchlint.rule import SAFE, UNSAFE, Fix, Invalid, Rule, Valid
+from torchlint.rule import SAFE, UNSAFE, Evidence, Fix, Invalid, Rule, Valid
 from torchlint.tensors import device_move
 
 # Factories that take ``device=`` and return the same values wherever they run.
@@ -364,8 +364,14 @@ class CpuTensorThenMove(Rule):
 
     def finish(self) -> None:
         for site, node, message, fix in self.candidates:
-            if _in_forward(site) or site.batch_context()[0] is not None:
-                self.report(node, message, fix)
+            forward = _in_forward(site)
+            if forward is not None:
+                self.report(node, message, fix, evidence=[Evidence("in a module's `forward()`: runs on every batch the module sees", node=forward.node)])
+                continue
+            loop, helper = site.batch_context()
+            if loop is not None:
+                text = f"runs once per batch: {loop.line_hint}" if helper is None else f"`{helper.name}()` runs once per batch: {loop.line_hint}"
+                self.report(node, message, fix, evidence=[Evidence(text, node=per_batch_anchor(loop, helper))])
 
     def _device_argument(self, call: cst.Call) -> Optional[cst.BaseExpression]:
         """The device of a ``.to(device[, non_blocking=…])``/``.cuda([device])`` call
@@ -383,11 +389,12 @@ class CpuTensorThenMove(Rule):
         return None
 
 
-def _in_forward(site: Site) -> bool:
-    """In a ``forward()`` method: it runs on every batch the module sees."""
+def _in_forward(site: Site):
+    """The ``forward()`` method holding the node (it runs on every batch the
+    module sees), else None."""
     function = site.function
     while function is not None:
         if function.name == "forward" and function.class_name is not None:
-            return True
+            return function
         function = function.parent
-    return False
+    return None
