@@ -243,7 +243,7 @@ class FileContext:
                         self.loop.method_calls.append(entry)
                     else:
                         self.function.method_calls.append(entry)  # type: ignore[union-attr]
-            if (attr == "to" or attr == "cuda") and device_move(self, node) == "device":
+            if attr in ("to", "cuda", "type") and device_move(self, node) == "device":
                 self._record_batch_copy(func.value)
             if attr == "update" and node.args:
                 self._record_dict_update(func.value, node)

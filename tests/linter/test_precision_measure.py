@@ -38,8 +38,11 @@ TRAIN = textwrap.dedent(
             loss.backward()
             optimizer.step()
             a = loss.item()
+            loss = model(batch)
             b = loss.item()
+            loss = model(batch)
             c = loss.item()
+            loss = model(batch)
             d = loss.item()
 
 
@@ -122,10 +125,10 @@ def test_the_sheet_shows_each_finding_with_its_function_and_pointers(drawn):
         assert f"## {row['id']}  {row['code']}  `{row['project']}/train.py:{row['row']}:{row['column']}`" in text
     first = text.split("## TL101-01 ", 1)[1].split("\n## ", 1)[0]
     assert "**Finding:** `.item()` forces a host-device sync" in first
-    assert "(`train`, lines 5-13 of train.py, in full)" in first
+    assert "(`train`, lines 5-16 of train.py, in full)" in first
     assert ">>" in first and "def train(model, loader, optimizer):" in first
     assert "project modules this file imports: `helpers.py`" in first
-    assert "calls of `train(` in the project: `train.py:17`" in first
+    assert "calls of `train(` in the project: `train.py:20`" in first
     assert "the torch version is declared in: `requirements.txt`" in first
     assert "judging.md" in text and "verdicts.tsv" in text
 
