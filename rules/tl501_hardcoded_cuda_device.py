@@ -65,8 +65,21 @@ class HardcodedCudaDevice(Rule):
     parameter defaults such as `def run(device="cuda")`, and assignments
     such as `device = "cuda"`.
 
-    It stays silent where the code already chooses a device or CUDA is
-    known to be there:
+    It fires only on positive evidence that the code is meant to run
+    without CUDA, and reports it: the module falls back to another device
+    (`"cuda" if torch.cuda.is_available() else "cpu"`, a device variable
+    or parameter set to `"cpu"`, `"mps"`, ...); the function is handed a
+    device (a `device`, `dev` or `*_device` parameter) or chooses one itself
+    (`dev = torch.device(args.device)`) and the line ignores it; or, for a
+    `device="cuda"` default, a call in the module relies on the default.
+    Code with none of these (a training script, a demo or a library
+    written for the GPU, a default every caller overrides) is left alone: a
+    reviewer would not make it device-agnostic. An `is_available()` test
+    that only seeds or configures CUDA, and `torch.device("cpu")` used to
+    stage a load on the host, are no such evidence.
+
+    Even then it stays silent where the code already chooses a device or
+    CUDA is known to be there:
     - under a `torch.cuda.is_available()` / `device_count()` guard (an `if`,
       a conditional expression, `and`, or an early
       `if not torch.cuda.is_available(): raise/return/exit` or
