@@ -32,7 +32,7 @@ TRAIN = textwrap.dedent(
     from helpers import log_value
 
 
-    def train(model, loader, optimizer):
+    def train(model, loader, optimizer, device=None):
         for batch in loader:
             loss = model(batch.cuda())
             loss.backward()
@@ -126,7 +126,7 @@ def test_the_sheet_shows_each_finding_with_its_function_and_pointers(drawn):
     first = text.split("## TL101-01 ", 1)[1].split("\n## ", 1)[0]
     assert "**Finding:** `.item()` forces a host-device sync" in first
     assert "(`train`, lines 5-16 of train.py, in full)" in first
-    assert ">>" in first and "def train(model, loader, optimizer):" in first
+    assert ">>" in first and "def train(model, loader, optimizer, device=None):" in first
     assert "project modules this file imports: `helpers.py`" in first
     assert "calls of `train(` in the project: `train.py:20`" in first
     assert "the torch version is declared in: `requirements.txt`" in first
