@@ -62,8 +62,19 @@ REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 import precision_sheet  # noqa: E402  (a helper module next to this script)
 
-DEFAULT_CORPUS = REPO.parent.parent / "shared" / "corpus"
-JUDGING = REPO.parent.parent / "shared" / "reference" / "judging.md"
+
+
+def _shared() -> Path:
+    """The workplace's ``shared/`` folder, next to the checkout (``../shared``) or
+    next to the folder of a worktree kept one level further down."""
+    for parent in (REPO.parent, REPO.parent.parent):
+        if (parent / "shared").is_dir():
+            return parent / "shared"
+    return REPO.parent / "shared"
+
+
+DEFAULT_CORPUS = _shared() / "corpus"
+JUDGING = _shared() / "reference" / "judging.md"
 DESIGNED_ON = HERE / "precision" / "designed-on.txt"
 
 MIN_PRECISION = 0.90

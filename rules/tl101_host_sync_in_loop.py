@@ -1,26 +1,34 @@
 from __future__ import annotations
 
-from typing import List, Optional, Tuple, Union
+from typing import List, Optional, Set, Tuple, Union
 
 import libcst as cst
 
 from torchlint.model import (
     CHECK_TESTS,
+    SYNCHRONIZE_CALLS,
     Site,
     already_on_host,
     check_tests_option,
+    launches_device_work,
     lives_on_host,
     module_evidence,
+    per_batch_anchor,
     reads_host,
     tensor_evidence,
 )
-from torchlint.rule import DISPLAY_ONLY, Fix, Invalid, Rule, Valid
+from torchlint.rule import DISPLAY_ONLY, Evidence, Fix, Invalid, Rule, Valid
 
 _CONVERSIONS = ("float", "int", "bool")
 _MODULE_METHODS = frozenset(
     {"parameters", "named_parameters", "state_dict", "load_state_dict", "modules", "named_modules", "children", "eval", "train", "buffers"}
 )
 _FORMATTERS = ("print", "str", "repr", "format")
+# Tensor methods whose size arguments must be Python ints: a tensor there is read back.
+# Container methods that keep what they are given.
+_COLLECTING_METHODS = frozenset({"append", "extend", "add", "insert", "put", "put_nowait"})
+# (positions, keywords) of each one's int arguments.
+_INT_ARGUMENT_METHODS = {"topk": ((0,), ("k",)), "kthvalue": ((0,), ("k",)), "narrow": ((1, 2), ("start", "length"))}
 
 
 class HostSyncInLoop(Rule):
@@ -29,9 +37,22 @@ class HostSyncInLoop(Rule):
     body of a training or evaluation loop, and so run on every batch:
     `.item()`, `.tolist()`, `.cpu()`, `.to("cpu")`, `.numpy()`, `float(t)`,
     `int(t)` and `bool(t)` of a tensor, `print` or string formatting of a
-    tensor, and `if`/`while`/`assert` on a tensor. A sync inside a helper
+    tensor, `if`/`while`/`assert` on a tensor, and a tensor used where Python
+    needs an int (`range(n)`, a slice bound `x[:n]`, `x.topk(k)`,
+    `x.narrow(0, start, length)`). A sync inside a helper
     function of the same module that the loop calls is reported at the sync
     line, naming the loop.
+
+    Copies whose result is kept in a host container (`preds.append(out.cpu())`,
+    `[p.cpu() for p in outs]`, `results[k] = out.cpu().numpy()`) are left
+    alone: the host needs that data (metrics, saving, a caching pass), so the
+    copy is the work. `total.append(loss.item())` is still reported.
+
+    Only the first wait of an iteration is reported: once a host read (or a
+    `torch.cuda.synchronize()`, for timing) has drained the GPU, later reads
+    in the same iteration find nothing queued and cost nothing more, unless a
+    model or loss call, a backward, an optimizer step or a collective comes
+    in between.
 
     The rule stays silent under a periodic guard (`if step % N == 0:`), once
     per epoch or after the loop, on exception paths (`except` blocks, `raise`
@@ -177,9 +198,87 @@ class HostSyncInLoop(Rule):
                     continue
                 print(loss.item())
         """),
+        # Python ints where ints are needed: nothing is read back.
+        Valid("""
+            for x, y in loader:
+                x = x.to(device)
+                out = model(x)
+                top = out.topk(5)
+                head = out[:, : len(y)]
+                for i in range(x.size(0)):
+                    pass
+        """),
+        # Results gathered on the host for metrics or saving: the copy is the work.
+        Valid("""
+            all_preds, by_id = [], {}
+            for images, ids in loader:
+                images = images.to(device)
+                logits = model(images)
+                all_preds.append(logits.argmax(1).cpu())
+                by_id[ids[0]] = logits.softmax(-1).cpu().numpy()
+                probs = [p.cpu() for p in logits.split(1)]
+        """),
+        # The first read drains the GPU; the later reads of the step are free.
+        Valid("""
+            import torch
+            for batch in loader:
+                loss = model(batch)
+                loss.backward()
+                optimizer.step()
+                torch.cuda.synchronize()
+                meter.update(loss.item())
+                print(f"loss {loss.item():.4f}")
+        """),
     ]
 
     INVALID = [
+        # A device tensor where Python needs an int is read back implicitly.
+        Invalid(
+            """
+            for tokens, lengths in loader:
+                tokens = tokens.to(device)
+                scores = model(tokens)
+                keep = (scores > 0).sum()
+                kept = tokens[:, :keep]
+            """,
+            message="slice bound",
+        ),
+        Invalid(
+            """
+            for x, y in loader:
+                x = x.to(device)
+                scores = model(x)
+                k = (scores > 0).sum()
+                best = scores.topk(k)
+            """,
+            message="`.topk()`",
+        ),
+        Invalid(
+            """
+            for x, y in loader:
+                x = x.to(device)
+                out = model(x)
+                n = out.argmax()
+                for i in range(n):
+                    pass
+            """,
+            message="`range()`",
+        ),
+        # Only the first of several reads in a step is reported; a model call
+        # in between queues new work, so the next read waits again.
+        Invalid(
+            """
+            for batch in loader:
+                loss = model(batch)
+                loss.backward()
+                running += loss.item()
+                print(f"loss {loss.item():.4f}")
+                writer.add_scalar("loss", loss.item())
+                aux = model(batch)
+                writer.add_scalar("aux", aux.item())
+            """,
+            count=2,
+        ),
         Invalid(
             """
             for batch in loader:
@@ -274,6 +373,7 @@ class HostSyncInLoop(Rule):
                 batch = batch.to(device)
                 out = model(batch)
                 out.tolist()
+                out = model(batch)
                 out.cpu().numpy()
             """,
             count=2,
@@ -295,10 +395,15 @@ class HostSyncInLoop(Rule):
         super().__init__(ctx, options)
         # (site, node, what, fix, result discarded, parameter whose callers must pass a tensor)
         self.candidates: List[Tuple[Site, cst.CSTNode, str, Optional[Fix], bool, Optional[str]]] = []
+        # (id(block), index) of statements that run a `torch.cuda.synchronize()`
+        self.synchronized_positions: Set[Tuple[int, int]] = set()
 
     # -- collecting candidates while walking -----------------------------------
     def visit_Call(self, node: cst.Call) -> None:
         if self.ctx.loop is None and self.ctx.function is None:
+            return
+        if self.ctx.qualified_name(node.func) in SYNCHRONIZE_CALLS:
+            self.synchronized_positions.update(_unconditional_positions(self.ctx.site()))
             return
         method = reads_host(node)
         if method is not None:
@@ -307,12 +412,16 @@ class HostSyncInLoop(Rule):
                 return  # not a tensor, or one in host memory: nothing to wait for
             if method == "cpu" and (module_evidence(self.ctx, receiver) or self._result_discarded(node) or self._used_as_module(node)):
                 return  # a discarded `.cpu()` result is a module moved in place
+            if method != "item" and self._collected_on_host(node):
+                return  # the copy is the point: results gathered on the host
             self._candidate(node, f"`.{method}()`", self._accumulate_fix(node), discardable=True)
             return
         if _is_to_cpu(node):
             receiver = node.func.value  # type: ignore[attr-defined]
             if self._result_discarded(node):
                 return  # `component.to("cpu")` as a statement moves a module
+            if self._collected_on_host(node):
+                return
             if not already_on_host(receiver) and not module_evidence(self.ctx, receiver) and tensor_evidence(self.ctx, receiver) is not False:
                 self._candidate(node, '`.to("cpu")`', None, discardable=True)
             return
@@ -322,10 +431,44 @@ class HostSyncInLoop(Rule):
                 evidence = self._is_device_value(node.args[0].value)
                 if evidence:
                     self._candidate(node, f"`{func}()` of a tensor", None, param=evidence)
+            elif func == "range":
+                self._implicit_int(node.args, "`range()` of a tensor")
+                return
             elif func in _FORMATTERS:
                 evidence = next((e for e in (self._is_device_value(a.value) for a in node.args if not a.keyword) if e), False)
                 if evidence:
                     self._candidate(node, f"`{func}()` of a tensor", None, param=evidence)
+
+        if isinstance(node.func, cst.Attribute) and node.func.attr.value in _INT_ARGUMENT_METHODS:
+            # ``x.topk(k)``, ``x.narrow(0, start, length)``: Python ints the host must read
+            positions, keywords = _INT_ARGUMENT_METHODS[node.func.attr.value]
+            if (self.ctx.qualified_name(node.func) or "").startswith("torch."):
+                positions = tuple(p + 1 for p in positions)  # ``torch.topk(x, k)``: the tensor comes first
+            sizes = [
+                a for i, a in enumerate(node.args)
+                if (a.keyword is None and not a.star and i in positions) or (a.keyword is not None and a.keyword.value in keywords)
+            ]
+            self._implicit_int(sizes, f"a tensor as an int argument of `.{node.func.attr.value}()`")
+
+    def visit_Slice(self, node: cst.Slice) -> None:
+        """``x[:n]`` with a device tensor ``n``: the bound is read as a Python int."""
+        if self.ctx.loop is None and self.ctx.function is None:
+            return
+        for bound in (node.lower, node.upper, node.step):
+            if bound is not None:
+                evidence = self._is_device_value(bound)
+                if evidence:
+                    self._candidate(bound, "a tensor as a slice bound (read as a Python int)", None, param=evidence)
+                    return
+
+    def _implicit_int(self, args, what: str) -> None:
+        for arg in args:
+            if arg.star or arg.keyword is not None and arg.keyword.value not in ("k", "start", "length"):
+                continue
+            evidence = self._is_device_value(arg.value)
+            if evidence:
+                self._candidate(arg.value, what, None, param=evidence)
+                return
 
     def visit_FormattedStringExpression(self, node: cst.FormattedStringExpression) -> None:
         if self.ctx.loop is not None or self.ctx.function is not None:
@@ -350,6 +493,56 @@ class HostSyncInLoop(Rule):
             if evidence:
                 self._candidate(part, f"{keyword} on a tensor", None, param=evidence)
                 return
+
+    def _host_already_waited(self, site: Site, waited: Set[Tuple[int, int]]) -> bool:
+        """Has the host already waited for the GPU earlier in this iteration
+        (an earlier host read or a `torch.cuda.synchronize()` in a block that
+        holds the node, with no model call, backward or optimizer step since)?"""
+        for block, child in site.ancestors():
+            if isinstance(block, (cst.For, cst.While, cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+                return False  # the iteration (or the helper's body) starts here
+            if not isinstance(block, cst.IndentedBlock):
+                continue
+            index = block.body.index(child)
+            if (id(block), index) in waited:
+                return True  # an earlier read in the same statement
+            for earlier in range(index - 1, -1, -1):
+                if (id(block), earlier) in waited or (id(block), earlier) in self.synchronized_positions:
+                    return True
+                if launches_device_work(self.ctx, block.body[earlier]):
+                    return False
+        return False
+
+    def _collected_on_host(self, node: cst.CSTNode) -> bool:
+        """Is the copied tensor kept in a host container: ``preds.append(out.cpu())``,
+        ``[p.cpu() for p in preds]``, ``results[key] = out.cpu().numpy()``? Then the
+        host needs the data (results gathered for metrics or saving, a caching
+        pass whose purpose is the copy), and the copy is the work, not a stall."""
+        stack = self.ctx.ancestry()
+        index = len(stack) - 1
+        while index > 0 and stack[index] is not node:
+            index -= 1
+        child = node
+        for parent in reversed(stack[:index]):
+            if isinstance(parent, cst.Attribute) or (isinstance(parent, cst.Call) and parent.func is child):
+                child = parent  # ``.cpu().numpy()``, ``.cpu().float()``: the same value
+                continue
+            if isinstance(parent, cst.Arg):
+                child = parent
+                continue
+            if isinstance(parent, cst.Call):
+                return isinstance(parent.func, cst.Attribute) and parent.func.attr.value in _COLLECTING_METHODS
+            if isinstance(parent, (cst.ListComp, cst.SetComp, cst.GeneratorExp)):
+                return child is parent.elt
+            if isinstance(parent, cst.DictComp):
+                return child is parent.value
+            if isinstance(parent, (cst.Element, cst.DictElement, cst.List, cst.Tuple, cst.Dict)):
+                child = parent
+                continue
+            if isinstance(parent, cst.Assign):
+                return any(isinstance(t.target, cst.Subscript) for t in parent.targets)
+            return False
+        return False
 
     def _used_as_module(self, node: cst.CSTNode) -> bool:
         """``m.cpu().parameters()``: the result of `.cpu()` is used as a module."""
@@ -406,16 +599,29 @@ class HostSyncInLoop(Rule):
 
     # -- deciding, once the module's loops and calls are known -------------------
     def finish(self) -> None:
+        # Where the host has already waited this iteration: (id(block), index of
+        # the statement in it). A read after one of these, with no model call,
+        # backward or optimizer step in between, finds the GPU drained and costs
+        # nothing more; only the first read of an iteration is worth changing.
+        waited: Set[Tuple[int, int]] = set()
         for site, node, what, fix, discarded, param in self.candidates:
             if site.in_exception_path():
                 continue
             if param is not None and not self.ctx.facts.param_receives_tensor(site.function, param):
                 continue  # a parameter no caller in the module passes a tensor for
+            already_waited = self._host_already_waited(site, waited)
+            waited.update(_unconditional_positions(site))
+            if already_waited:
+                continue
             loop, helper = site.batch_context()
             if loop is None:
                 # a generation or other non-batch loop: only a read nobody uses is worth a word
                 if discarded and site.loop is not None:
-                    self.report(node, f"{what} forces a host-device sync on every iteration, and its result is discarded")
+                    self.report(
+                        node,
+                        f"{what} forces a host-device sync on every iteration, and its result is discarded",
+                        evidence=[Evidence("runs on every iteration of this loop", node=site.loop.node)],
+                    )
                 continue
             if site.under_periodic_guard(within=loop if helper is None else None):
                 continue
@@ -429,7 +635,36 @@ class HostSyncInLoop(Rule):
                     f"{what} in `{helper.name}()` forces a host-device sync once per batch: it is called from {loop.line_hint}; "
                     "read the value every N steps instead"
                 )
-            self.report(node, message, fix)
+            self.report(node, message, fix, evidence=_loop_evidence(loop, helper))
+
+
+def _loop_evidence(loop, helper) -> List[Evidence]:
+    """Why the read runs per batch: the loop, or the helper's call from it."""
+    text = f"runs once per batch: {loop.line_hint}" if helper is None else f"`{helper.name}()` runs once per batch: {loop.line_hint}"
+    return [Evidence(text, node=per_batch_anchor(loop, helper))]
+
+
+def _unconditional_positions(site: Site) -> List[Tuple[int, int]]:
+    """(id(block), index) of the statements that hold the node and run it
+    whenever they run: not in an `if`/`else` body, a loop body, a handler, the
+    far side of `and`/`or` or a conditional expression (a `with` body is run)."""
+    positions = []
+    unconditional = True
+    for block, child in site.ancestors():
+        if isinstance(block, (cst.For, cst.While, cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            break
+        if isinstance(block, cst.IndentedBlock):
+            if unconditional:
+                positions.append((id(block), block.body.index(child)))
+        elif isinstance(block, (cst.If, cst.Else, cst.ExceptHandler, cst.ExceptStarHandler, cst.Finally)) and child is not getattr(block, "test", None):
+            unconditional = False
+        elif isinstance(block, cst.IfExp) and child is not block.test:
+            unconditional = False
+        elif isinstance(block, cst.BooleanOperation) and child is block.right:
+            unconditional = False
+        elif isinstance(block, (cst.ListComp, cst.GeneratorExp, cst.DictComp, cst.SetComp)):
+            unconditional = False  # may run zero times
+    return positions
 
 
 def _is_to_cpu(node: cst.Call) -> bool:

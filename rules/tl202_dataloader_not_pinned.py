@@ -77,6 +77,18 @@ class DataloaderNotPinned(Rule):
     requires_any = ("DataLoader",)
 
     VALID = [
+        # Stored in an attribute and handed to accelerate, which places the batches.
+        Valid("""
+            from torch.utils.data import DataLoader
+            class Trainer:
+                def __init__(self, accelerator, ds):
+                    self.loader = DataLoader(ds, batch_size=8)
+                    self.model, self.loader = accelerator.prepare(self.model, self.loader)
+
+                def train(self):
+                    for batch in self.loader:
+                        batch = batch.to(self.device)
+        """),
         Valid("""
             from torch.utils.data import DataLoader
             loader = DataLoader(ds, batch_size=32, pin_memory=True)

@@ -4,8 +4,8 @@ from typing import List, Optional, Tuple
 
 import libcst as cst
 
-from torchlint.model import Site, device_move, keyword
-from torchlint.rule import SAFE, UNSAFE, Fix, Invalid, Rule, Valid
+from torchlint.model import Site, device_move, keyword, per_batch_anchor
+from torchlint.rule import SAFE, UNSAFE, Evidence, Fix, Invalid, Rule, Valid
 
 # Factories that take ``device=`` and return the same values wherever they run.
 _DETERMINISTIC = frozenset(
@@ -135,6 +135,13 @@ class CpuTensorThenMove(Rule):
             import torch
             t = torch.ones(3).to(other)
         """),
+        # A cast on the host, not a move.
+        Valid("""
+            import torch
+            for batch in loader:
+                mask = torch.ones(4, 8).type(torch.FloatTensor)
+                half = torch.ones(4, 8).type(torch.float16)
+        """),
         # numpy's zeros.
         Valid("""
             import numpy as np
@@ -207,6 +214,16 @@ class CpuTensorThenMove(Rule):
             for batch in loader:
                 buf = zeros(16, dtype=torch.long, device=rank)
             """,
+        ),
+        # The legacy tensor-type move: reported, no fix.
+        Invalid(
+            """
+            import torch
+            for batch in loader:
+                mask = torch.ones(4, 8).type(torch.cuda.FloatTensor)
+            """,
+            fixed=None,
+            message="`.type(...)`",
         ),
         Invalid(
             """
@@ -298,7 +315,7 @@ class CpuTensorThenMove(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
-        if not isinstance(func, cst.Attribute) or func.attr.value not in ("to", "cuda"):
+        if not isinstance(func, cst.Attribute) or func.attr.value not in ("to", "cuda", "type"):
             return
         factory = func.value
         if not isinstance(factory, cst.Call):
@@ -324,7 +341,7 @@ class CpuTensorThenMove(Rule):
         if random:
             message += " (the device's random generator draws different numbers than the CPU's)"
         fix = None
-        device = self._device_argument(node)
+        device = self._device_argument(node) if func.attr.value != "type" else None
         if device is not None:
             unsafe = random or (requires_grad is not None and not (isinstance(requires_grad.value, cst.Name) and requires_grad.value.value == "False"))
             new_arg = cst.Arg(
@@ -345,8 +362,14 @@ class CpuTensorThenMove(Rule):
 
     def finish(self) -> None:
         for site, node, message, fix in self.candidates:
-            if _in_forward(site) or site.batch_context()[0] is not None:
-                self.report(node, message, fix)
+            forward = _in_forward(site)
+            if forward is not None:
+                self.report(node, message, fix, evidence=[Evidence("in a module's `forward()`: runs on every batch the module sees", node=forward.node)])
+                continue
+            loop, helper = site.batch_context()
+            if loop is not None:
+                text = f"runs once per batch: {loop.line_hint}" if helper is None else f"`{helper.name}()` runs once per batch: {loop.line_hint}"
+                self.report(node, message, fix, evidence=[Evidence(text, node=per_batch_anchor(loop, helper))])
 
     def _device_argument(self, call: cst.Call) -> Optional[cst.BaseExpression]:
         """The device of a ``.to(device[, non_blocking=…])``/``.cuda([device])`` call
@@ -364,11 +387,12 @@ class CpuTensorThenMove(Rule):
         return None
 
 
-def _in_forward(site: Site) -> bool:
-    """In a ``forward()`` method: it runs on every batch the module sees."""
+def _in_forward(site: Site):
+    """The ``forward()`` method holding the node (it runs on every batch the
+    module sees), else None."""
     function = site.function
     while function is not None:
         if function.name == "forward" and function.class_name is not None:
-            return True
+            return function
         function = function.parent
-    return False
+    return None

@@ -6,7 +6,7 @@ from typing import List, Optional, Set, Tuple
 import libcst as cst
 
 from torchlint.model import CHECK_TESTS, Site, check_tests_option, dotted_name, iter_subtree, last_name, requires_cuda
-from torchlint.rule import DISPLAY_ONLY, SAFE, Fix, Invalid, Rule, Valid
+from torchlint.rule import DISPLAY_ONLY, SAFE, Evidence, Fix, Invalid, Rule, Valid
 
 _CUDA_LITERAL = re.compile(r"^cuda(:\d+)?$")
 # Names of variables and parameters that hold a device.
@@ -40,6 +40,10 @@ _CUDA_ONLY_MODULES = (
     "transformer_engine", "msamp", "vllm",
 )
 
+# Devices other than CUDA that code may choose: assigning one to a device
+# variable (or defaulting a device parameter to one) says the code runs there.
+_OTHER_DEVICE = re.compile(r"^(cpu|mps|xpu|xla|npu|hpu|meta)(:\d+)?$")
+
 # Classes whose ``device`` is a device *type* (GradScaler and autocast subclasses).
 _DEVICE_TYPE_CLASS = re.compile(r"(?i)(scaler|autocast)")
 
@@ -59,8 +63,21 @@ class HardcodedCudaDevice(Rule):
     parameter defaults such as `def run(device="cuda")`, and assignments
     such as `device = "cuda"`.
 
-    It stays silent where the code already chooses a device or CUDA is
-    known to be there:
+    It fires only on positive evidence that the code is meant to run
+    without CUDA, and reports it: the module falls back to another device
+    (`"cuda" if torch.cuda.is_available() else "cpu"`, a device variable
+    or parameter set to `"cpu"`, `"mps"`, ...); the function is handed a
+    device (a `device`, `dev` or `*_device` parameter) or chooses one itself
+    (`dev = torch.device(args.device)`) and the line ignores it; or, for a
+    `device="cuda"` default, a call in the module relies on the default.
+    Code with none of these (a training script, a demo or a library
+    written for the GPU, a default every caller overrides) is left alone: a
+    reviewer would not make it device-agnostic. An `is_available()` test
+    that only seeds or configures CUDA, and `torch.device("cpu")` used to
+    stage a load on the host, are no such evidence.
+
+    Even then it stays silent where the code already chooses a device or
+    CUDA is known to be there:
     - under a `torch.cuda.is_available()` / `device_count()` guard (an `if`,
       a conditional expression, `and`, or an early
       `if not torch.cuda.is_available(): raise/return/exit` or
@@ -126,7 +143,7 @@ class HardcodedCudaDevice(Rule):
     ```python
     import torch
 
-    def train(model, loader):
+    def train(model, loader, device):
         model = model.cuda()
         for x, y in loader:
             x, y = x.to("cuda"), y.to("cuda")
@@ -271,6 +288,38 @@ class HardcodedCudaDevice(Rule):
             f = f"cuda:{rank}"
             y = x.to(f"cuda:{rank}")
         """),
+        # nothing says this code runs anywhere but on a GPU
+        Valid("""
+            import torch
+            def train(model, loader):
+                model = model.cuda()
+                for x, y in loader:
+                    x, y = x.cuda(non_blocking=True), y.to("cuda")
+            device = torch.device("cuda:0")
+        """),
+        # seeding CUDA when present is no CPU fallback
+        Valid("""
+            import torch
+            def seed(s):
+                if torch.cuda.is_available():
+                    torch.cuda.manual_seed(s)
+            def build():
+                return Net().cuda()
+        """),
+        # a CUDA default every caller overrides
+        Valid("""
+            def grid(size, device="cuda"):
+                return make(size, device=device)
+            def forward(feat):
+                return grid(feat.shape, device=feat.device)
+        """),
+        # staging a load on the host is no claim that the code runs there
+        Valid("""
+            import torch
+            def load(path):
+                model = create(path, device=torch.device("cpu"))
+                return model.cuda()
+        """),
     ]
 
     INVALID = [
@@ -288,30 +337,38 @@ class HardcodedCudaDevice(Rule):
             line=2,
             message="`.cuda()`",
         ),
+        # the module falls back to the CPU elsewhere: this line breaks that
         Invalid(
             """
             import torch
-            device = torch.device("cuda:0")
+            def pick(args):
+                return "cuda" if args.gpu and torch.cuda.is_available() else "cpu"
+            DEVICE = torch.device("cuda:0")
             """,
             message='"cuda:0"',
         ),
         Invalid(
             """
-            x = torch.zeros(3, device="cuda")
-            y = w.to("cuda:1")
+            def place(w, src_device, dst_device):
+                x = torch.zeros(3, device="cuda")
+                y = w.to("cuda:1")
             """,
             count=2,
         ),
+        # a call relies on the CUDA default
         Invalid(
             """
             def run(model, device="cuda"):
                 return model.to(device)
+            out = run(net)
             """,
             message="default",
         ),
         # no device variable: display-only
         Invalid(
             """
+            import torch
+            kind = "cuda" if torch.cuda.is_available() else "cpu"
             model = Net().cuda()
             """,
             fixed=None,
@@ -354,6 +411,7 @@ class HardcodedCudaDevice(Rule):
         Invalid(
             """
             import torch as T
+            on = "cuda" if T.cuda.is_available() else "cpu"
             state = T.load(path, map_location="cuda")
             """,
         ),
@@ -384,13 +442,15 @@ class HardcodedCudaDevice(Rule):
         Invalid(
             """
             DEVICE = "cuda"
+            def export(model, device="cpu"):
+                return model.to(device)
             """,
             message="`DEVICE = ",
         ),
         # a test about something else is no device choice
         Invalid(
             """
-            def setup(model, distributed):
+            def setup(model, distributed, src_device, dst_device):
                 if distributed:
                     model = model.cuda()
                 return model
@@ -400,19 +460,28 @@ class HardcodedCudaDevice(Rule):
 
     def __init__(self, ctx, options) -> None:
         super().__init__(ctx, options)
-        self.candidates: List[Tuple[Site, cst.CSTNode, str, Optional[Fix]]] = []
+        self.candidates: List[Tuple[Site, cst.CSTNode, str, Optional[Fix], Optional[Evidence]]] = []
         self.module_devices: List[str] = []
         path = ctx.path.replace("\\", "/").lower()
         self.cuda_only_file = any(_CUDA_ONLY_CODE.search(part) for part in path.split("/")[-3:])
         # device parameters with a CUDA default: function node -> {param name: [used, compared]}
         self.default_params: dict = {}
+        # The first place where the module shows it runs without CUDA: a
+        # `torch.cuda.is_available()` test or a non-CUDA device chosen.
+        self.runs_without_cuda: Optional[Tuple[cst.CSTNode, str]] = None
+        # Calls of functions of this module by simple name: name -> calls
+        self.calls_by_name: dict = {}
 
     # -- walk ------------------------------------------------------------------
     def visit_Call(self, node: cst.Call) -> None:
-        if self.cuda_only_file:
-            return
         func = node.func
         qname = self.ctx.qualified_name(func) or ""
+        self._note_cpu_claim_in_call(node, qname)
+        callee = last_name(func) if isinstance(func, cst.Name) or (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value in ("self", "cls")) else None
+        if callee:
+            self.calls_by_name.setdefault(callee, []).append(node)
+        if self.cuda_only_file:
+            return
         if qname.startswith(_EXEMPT_CALLEES):
             return
         if isinstance(func, cst.Attribute) and func.attr.value == "cuda":
@@ -430,7 +499,28 @@ class HardcodedCudaDevice(Rule):
             if arg.keyword is not None and arg.keyword.value in _DEVICE_KEYWORDS and is_cuda_literal(arg.value):
                 self._literal(arg.value, f"`{arg.keyword.value}={arg.value.value}` hardcodes a CUDA device", fixable=True)
 
+    def _note_cpu_claim_in_call(self, node: cst.Call, qname: str) -> None:
+        if self.runs_without_cuda is not None:
+            return
+        if qname == "torch.cuda.is_available" and self._chooses_another_device():
+            self.runs_without_cuda = (node, "the module falls back to another device when CUDA is missing")
+
+    def _chooses_another_device(self) -> bool:
+        """Is the `torch.cuda.is_available()` being visited the test of a
+        choice with a non-CUDA device on the other side (`"cuda" if ... else
+        "cpu"`, `if ...: dev = "cuda" else: dev = "cpu"`)? A bare
+        `if torch.cuda.is_available(): torch.cuda.manual_seed(s)` is not."""
+        for ancestor in reversed(self.ctx.ancestry()[:-1]):
+            if isinstance(ancestor, (cst.IfExp, cst.If, cst.SimpleStatementLine)):
+                return any(_is_other_device(sub) for sub in iter_subtree(ancestor))
+        return False
+
+    def _note_cpu_claim(self, name: Optional[str], value: Optional[cst.BaseExpression]) -> None:
+        if self.runs_without_cuda is None and name and _DEVICE_NAME.match(name) and value is not None and _is_other_device(value):
+            self.runs_without_cuda = (value, f"the module sets `{name}` to `{value.value}`")  # type: ignore[attr-defined]
+
     def visit_Param(self, node: cst.Param) -> None:
+        self._note_cpu_claim(node.name.value, node.default)
         if self.cuda_only_file or node.default is None or not is_cuda_literal(node.default):
             return
         if _DEVICE_NAME.match(node.name.value):
@@ -470,6 +560,7 @@ class HardcodedCudaDevice(Rule):
     def visit_Assign(self, node: cst.Assign) -> None:
         if len(node.targets) == 1:
             target = node.targets[0].target
+            self._note_cpu_claim(last_name(target), node.value)
             if isinstance(target, cst.Name) and self.ctx.function is None and self._holds_device(target.value, node.value):
                 self.module_devices.append(target.value)
             if not self.cuda_only_file and is_cuda_literal(node.value):
@@ -555,7 +646,19 @@ class HardcodedCudaDevice(Rule):
         site = self.ctx.site()
         if site.node is not node:
             site = Site(self.ctx, site.stack + (node,), site.function, site.loop)
-        self.candidates.append((site, node, message, fix))
+        self.candidates.append((site, node, message, fix, self._local_device_chosen()))
+
+    def _local_device_chosen(self) -> Optional[Evidence]:
+        """A device the enclosing function chose itself (`dev = torch.device(args.device)`),
+        not CUDA by its own literal: this line ignores it."""
+        if self.ctx.function is None:
+            return None
+        for name, value in self.ctx.scope_values().items():
+            if "." in name or value is None or not self._holds_device(name, value) or _hardcodes_cuda(value):
+                continue
+            if isinstance(value, (cst.Call, cst.Name, cst.Attribute, cst.IfExp, cst.Subscript)):
+                return Evidence(f"the function chooses its device in `{name}` and this line ignores it", node=value)
+        return None
 
     # -- decide ------------------------------------------------------------------
     def finish(self) -> None:
@@ -563,12 +666,60 @@ class HardcodedCudaDevice(Rule):
             return  # Triton kernels, bitsandbytes, the project's CUDA extensions or CUDA-only modules: CUDA-only by design
         if requires_cuda(self.ctx.source):
             return  # torch.cuda.set_device(...) / an NCCL process group, unconditionally: CUDA-only by design
-        for site, node, message, fix in self.candidates:
+        for site, node, message, fix, chosen in self.candidates:
             if site.under_cuda_guard() or self._device_chosen(site) or self._cuda_only_by_design(site) or self._passed_as_device_type(site):
                 continue
             if isinstance(site.parent, cst.Param) and self._default_is_a_choice(site):
                 continue
-            self.report(node, message, fix)
+            evidence = self._runs_without_cuda(site) or chosen
+            if evidence is None:
+                continue  # nothing says this code is meant to run anywhere but on a GPU
+            self.report(node, message, fix, evidence=[evidence])
+
+    def _runs_without_cuda(self, site: Site) -> Optional[Evidence]:
+        """The positive evidence that the hardcoded device breaks something:
+        the module runs without CUDA by its own account, the function is handed
+        a device and ignores it, or a call relies on a CUDA default."""
+        if self.runs_without_cuda is not None:
+            node, text = self.runs_without_cuda
+            return Evidence(text, node=node)
+        function = next((n for n in reversed(site.stack) if isinstance(n, cst.FunctionDef)), None)
+        if function is None:
+            return None
+        params = function.params
+        every = (*params.posonly_params, *params.params, *params.kwonly_params)
+        in_param = next((n for n in site.stack if isinstance(n, cst.Param)), None)
+        if in_param is not None:
+            return self._call_relying_on_default(site, function, in_param)
+        for param in every:
+            if _DEVICE_NAME.match(param.name.value) and not (param.default is not None and _hardcodes_cuda(param.default)):
+                return Evidence(f"`{function.name.value}` is handed a device as `{param.name.value}` and this line ignores it", node=param)
+        return None
+
+    def _call_relying_on_default(self, site: Site, function: cst.FunctionDef, param: cst.Param) -> Optional[Evidence]:
+        """A call in this module that leaves the CUDA default in place."""
+        positional = [*function.params.posonly_params, *function.params.params]
+        if param not in positional and param not in function.params.kwonly_params:
+            return None
+        index = positional.index(param) if param in positional else None
+        if index is not None and positional and positional[0].name.value in ("self", "cls"):
+            index -= 1
+        callee = function.name.value
+        if callee == "__init__":
+            owner = next((n for n in reversed(site.stack) if isinstance(n, cst.ClassDef)), None)
+            if owner is None:
+                return None
+            callee = owner.name.value
+        for call in self.calls_by_name.get(callee, ()):
+            if any(a.star for a in call.args):
+                continue  # ``f(*args, **kwargs)``: what is passed is not visible
+            if any(a.keyword is not None and a.keyword.value == param.name.value for a in call.args):
+                continue
+            passed = sum(1 for a in call.args if a.keyword is None)
+            if index is not None and passed > index:
+                continue
+            return Evidence(f"this call of `{callee}` relies on the default `{param.name.value}`", node=call)
+        return None
 
     def _passed_as_device_type(self, site: Site) -> bool:
         """``check_device(a, b, device="cuda")`` where the module's own
@@ -634,6 +785,18 @@ def _mentions(node: cst.CSTNode, pattern: re.Pattern) -> bool:
             return True
         if isinstance(sub, cst.SimpleString) and pattern.search(sub.value):
             return True
+    return False
+
+
+def _hardcodes_cuda(node: cst.CSTNode) -> bool:
+    """`"cuda"`, `torch.device("cuda:0")`: a default that is itself the problem."""
+    return any(is_cuda_literal(sub) for sub in iter_subtree(node))
+
+
+def _is_other_device(node: cst.CSTNode) -> bool:
+    if isinstance(node, cst.SimpleString):
+        value = node.evaluated_value
+        return isinstance(value, str) and bool(_OTHER_DEVICE.match(value))
     return False
 
 

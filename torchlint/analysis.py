@@ -133,6 +133,19 @@ class ForeignLoop:
         self.line_hint = line_hint
 
 
+def per_batch_anchor(loop, helper: Optional[FunctionInfo]) -> cst.CSTNode:
+    """The node a finding's "runs once per batch" evidence points at: the
+    batch loop of this file, else the function whose calls make the node hot
+    (a training step function, or the helper a loop elsewhere calls)."""
+    node = getattr(loop, "node", None)
+    if node is not None:
+        return node
+    step = getattr(loop, "function", None)
+    if step is not None:
+        return step.node
+    return helper.node  # type: ignore[union-attr]
+
+
 class Site:
     """Where a node sits: its ancestors, function and loops, frozen at walk time."""
 

@@ -115,7 +115,7 @@ class BatchFlow:
         origin = self._assigned_origin(value)
         if isinstance(value, cst.Call) and last_name(value.func) in FRAMEWORK_PLACES:
             for target in node.targets:
-                self.placed_by_framework.update(target_names(target.target))
+                self.placed_by_framework.update(_placed_names(target.target))
         for target in node.targets:
             bound = origin
             if bound is not None and bound.whole and isinstance(target.target, (cst.Tuple, cst.List)):
@@ -227,6 +227,17 @@ def target_names(target: cst.BaseExpression) -> List[str]:
     if isinstance(target, cst.StarredElement):
         return target_names(target.value)
     return []
+
+
+def _placed_names(target: cst.BaseExpression) -> List[str]:
+    """The dotted names a framework's ``prepare(...)`` result is stored in:
+    plain names and attributes (``self.train_loader``)."""
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [name for element in target.elements for name in _placed_names(element.value)]
+    if isinstance(target, cst.StarredElement):
+        return _placed_names(target.value)
+    name = dotted_name(target)
+    return [name] if name is not None else []
 
 
 def unwrap_pass_through(node: cst.BaseExpression) -> cst.BaseExpression:

@@ -158,7 +158,7 @@ class Collector:
                         self.loop.method_calls.append(entry)
                     else:
                         self.function.method_calls.append(entry)  # type: ignore[union-attr]
-            if (attr == "to" or attr == "cuda") and device_move(self.model, node) == "device":
+            if attr in ("to", "cuda", "type") and device_move(self.model, node) == "device":
                 self._record_batch_copy(func.value)
             if attr == "update" and node.args:
                 self._record_dict_update(func.value, node)

@@ -37,6 +37,7 @@ from torchlint.analysis import (
     mentions_cuda_availability,
     module_mode_call,
     outermost_loop_in_function,
+    per_batch_anchor,
     training_entry_loop,
 )
 from torchlint.batches import BatchFlow, Origin
@@ -56,9 +57,11 @@ from torchlint.names import ImportTable, dotted_name, last_name
 from torchlint.project import CHECK_TESTS, ProjectFacts, TorchRange, check_tests_option, requires_cuda
 from torchlint.rule import Edit, Evidence, Fix
 from torchlint.tensors import (
+    SYNCHRONIZE_CALLS,
     already_on_host,
     device_move,
     is_module_base,
+    launches_device_work,
     lives_on_host,
     module_evidence,
     names_a_module,
@@ -85,12 +88,12 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "CHECK_TESTS", "FileModel", "FunctionInfo", "LoaderInfo", "LoopInfo", "NO_GRAD_CONTEXTS", "Origin",
-    "SCALER_NAME", "SET_GRAD_ENABLED", "Site", "UNKNOWN_PART", "already_on_host", "autocast_dtype",
+    "SCALER_NAME", "SET_GRAD_ENABLED", "SYNCHRONIZE_CALLS", "Site", "UNKNOWN_PART", "already_on_host", "autocast_dtype",
     "check_tests_option", "child_nodes", "conv_dims", "device_move", "does_per_item_work", "dotted_name", "enabled",
     "enclosing_autocast", "exclusive_branches", "is_autocast_call", "is_dataloader_call", "is_grad_scaler_call",
-    "is_module_base", "is_no_grad_decorated", "iter_subtree", "keyword", "keyword_value", "last_name",
+    "is_module_base", "is_no_grad_decorated", "iter_subtree", "launches_device_work", "keyword", "keyword_value", "last_name",
     "literal_bool", "lives_on_host", "loop_trains", "mentions_cuda_availability", "module_evidence",
-    "module_mode_call", "names_a_module", "names_an_optimizer", "optimizer_receiver", "outermost_loop_in_function",
+    "module_mode_call", "names_a_module", "names_an_optimizer", "optimizer_receiver", "outermost_loop_in_function", "per_batch_anchor",
     "positional", "reads_host", "requires_cuda", "requires_grad_evidence", "scaled_backward", "scaler_call",
     "steps_optimizer", "tensor_backward", "tensor_evidence", "torch_alias", "training_entry_loop",
 ]

@@ -282,6 +282,8 @@ def device_move(ctx: "FileModel", call: cst.Call) -> Optional[str]:
     method = func.attr.value
     if method == "cuda":
         return "device"
+    if method == "type":
+        return _tensor_type_move(ctx, call)
     if method == "cpu":
         return "cpu" if not call.args else None
     if method != "to" or not call.args:
@@ -297,6 +299,22 @@ def device_move(ctx: "FileModel", call: cst.Call) -> Optional[str]:
         return None
     return device_kind(ctx, device_arg)
 
+
+def _tensor_type_move(ctx: "FileModel", call: cst.Call) -> Optional[str]:
+    """``x.type(torch.cuda.FloatTensor)`` (or its name as a string) copies ``x``
+    to the GPU, like ``.cuda()``; ``.type(torch.FloatTensor)`` to the CPU."""
+    first = call.args[0] if call.args else None
+    if first is None or first.star or (first.keyword is not None and first.keyword.value != "dtype"):
+        return None
+    if isinstance(first.value, cst.SimpleString):
+        name = first.value.evaluated_value if isinstance(first.value.evaluated_value, str) else None
+    else:
+        name = ctx.names.qualified_name(first.value)
+    if not name or not name.endswith("Tensor"):
+        return None
+    if name.startswith("torch.cuda."):
+        return "device"
+    return "cpu" if name.count(".") == 1 and name.startswith("torch.") else None
 
 
 # -- "does this tensor require grad?" (TL302) -------------------------------------
@@ -426,3 +444,29 @@ def module_evidence(ctx: "FileModel", expr: cst.BaseExpression) -> bool:
 def names_a_module(name: Optional[str]) -> bool:
     """Does the name (its last part) say "a network": ``model``, ``self.encoder``, ``ema_model``?"""
     return bool(name and _MODULE_NAME.search(name))
+
+
+# Calls that make the host wait for every queued kernel.
+SYNCHRONIZE_CALLS = frozenset({"torch.cuda.synchronize", "torch.accelerator.synchronize", "torch.xpu.synchronize"})
+# Calls that queue a step's worth of GPU work: backward, optimizer steps, forward.
+_DEVICE_WORK_METHODS = frozenset({"backward", "step", "forward", "all_reduce", "reduce_scatter", "all_gather", "generate"})
+
+
+def launches_device_work(ctx: "FileModel", statement: cst.CSTNode) -> bool:
+    """Does ``statement`` queue substantial GPU work: a model or loss call, a
+    backward or optimizer step, a collective, or a module function that
+    trains? After a host read drained the GPU, a later read waits only for the
+    work queued in between; small tensor arithmetic does not count."""
+    from torchlint.analysis import iter_subtree
+
+    for sub in iter_subtree(statement):
+        if not isinstance(sub, cst.Call):
+            continue
+        name = last_name(sub.func)
+        if name is None:
+            return True  # a call of a call's result (``model.module(x)`` aside): unknown
+        if name in _DEVICE_WORK_METHODS or names_a_module(name) or _LOSS_CALLEE.search(name):
+            return True
+        if isinstance(sub.func, cst.Name) and ctx.facts.function_trains(name):
+            return True
+    return False

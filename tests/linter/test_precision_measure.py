@@ -32,14 +32,17 @@ TRAIN = textwrap.dedent(
     from helpers import log_value
 
 
-    def train(model, loader, optimizer):
+    def train(model, loader, optimizer, device=None):
         for batch in loader:
             loss = model(batch.cuda())
             loss.backward()
             optimizer.step()
             a = loss.item()
+            loss = model(batch)
             b = loss.item()
+            loss = model(batch)
             c = loss.item()
+            loss = model(batch)
             d = loss.item()
 
 
@@ -122,10 +125,10 @@ def test_the_sheet_shows_each_finding_with_its_function_and_pointers(drawn):
         assert f"## {row['id']}  {row['code']}  `{row['project']}/train.py:{row['row']}:{row['column']}`" in text
     first = text.split("## TL101-01 ", 1)[1].split("\n## ", 1)[0]
     assert "**Finding:** `.item()` forces a host-device sync" in first
-    assert "(`train`, lines 5-13 of train.py, in full)" in first
-    assert ">>" in first and "def train(model, loader, optimizer):" in first
+    assert "(`train`, lines 5-16 of train.py, in full)" in first
+    assert ">>" in first and "def train(model, loader, optimizer, device=None):" in first
     assert "project modules this file imports: `helpers.py`" in first
-    assert "calls of `train(` in the project: `train.py:17`" in first
+    assert "calls of `train(` in the project: `train.py:20`" in first
     assert "the torch version is declared in: `requirements.txt`" in first
     assert "judging.md" in text and "verdicts.tsv" in text
 
@@ -230,3 +233,34 @@ def test_a_long_block_shows_a_window_under_the_lines_that_open_it(tmp_path):
     assert f">>  {row}          loss.item()" in code
     assert list(sheet.follow(tmp_path, path, {"path": "long.py", "row": row, "evidence": []})) == [
         "no file of the project declares the torch version"]
+
+
+# -- recall by reading --------------------------------------------------------------------
+
+recall = _load("recall")
+
+
+def test_recall_counts_a_problem_reported_near_its_line_and_script_wide_flags_anywhere(tmp_path):
+    reading = tmp_path / "recall.tsv"
+    reading.write_text(
+        "script\tfile:line\tkind\twhy\n"
+        "p/a.py\tp/a.py:10\tTL101 \tper-step item\n"
+        "p/a.py\tp/a.py:20\tTL601\tno no_grad\n"
+        "p/a.py\tp/a.py:30\tTL801\tno benchmark flag\n"
+        "p/a.py\tp/a.py:40\tTL204\tnumpy noise each step\n"
+        "p/b.py\tp/b.py:5\tTL202\tunpinned\n",
+        encoding="utf-8",
+    )
+    problems = recall.read_problems(reading)
+    assert [(p["project"], p["path"], p["line"], p["code"]) for p in problems][0] == ("p", "a.py", 10, "TL101")
+    findings = [
+        {"project": "p", "path": "a.py", "row": 10, "code": "TL101"},
+        {"project": "p", "path": "a.py", "row": 17, "code": "TL601"},  # the .eval() three lines above
+        {"project": "p", "path": "a.py", "row": 1, "code": "TL801"},  # a script-wide flag, anywhere
+        {"project": "p", "path": "a.py", "row": 41, "code": "TL201"},  # another code: not counted
+        {"project": "p", "path": "c.py", "row": 5, "code": "TL202"},  # another file: not counted
+    ]
+    reported, elsewhere, missed = recall.match(problems, findings)
+    assert [p["line"] for p in reported] == [10, 20, 30]
+    assert [(p["line"], p["found"]) for p in elsewhere] == [(40, "TL201")]
+    assert [p["path"] for p in missed] == ["b.py"]

@@ -33,6 +33,7 @@ for x in loader:
     loss = model(x)
     loss.backward()
     print(loss.item())
+fallback_device = "cpu"
 """
 PREVIEW_WARNING = "torchlint: warning: Selection `TL201` has no effect because preview is not enabled."
 NOTHING_ENABLED = "No rule is enabled: the selected rules are all in preview."

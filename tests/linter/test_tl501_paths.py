@@ -4,7 +4,7 @@ import pytest
 from torchlint.linter import FileOptions, lint_text
 from torchlint.registry import all_rules
 
-SOURCE = "import torch\n\ndef make():\n    return torch.zeros(3).cuda()\n"
+SOURCE = "import torch\n\ndef make(device):\n    return torch.zeros(3).cuda()\n"
 
 
 def _codes(path, source=SOURCE, **options):
@@ -80,8 +80,8 @@ def test_importing_a_nccl_module_of_the_project(tmp_path):
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
     (pkg / "distributed.py").write_text("import torch.distributed as dist\ndef enable():\n    dist.init_process_group(backend='nccl')\n")
-    (pkg / "logging.py").write_text("import torch\nimport pkg.distributed as distributed\ndef sync(x):\n    return torch.tensor(x, device='cuda')\n")
-    (pkg / "other.py").write_text("import torch\ndef sync(x):\n    return torch.tensor(x, device='cuda')\n")
+    (pkg / "logging.py").write_text("import torch\nimport pkg.distributed as distributed\ndef sync(x, device):\n    return torch.tensor(x, device='cuda')\n")
+    (pkg / "other.py").write_text("import torch\ndef sync(x, device):\n    return torch.tensor(x, device='cuda')\n")
     out = subprocess.run(
         [sys.executable, "-m", "torchlint", "check", "--isolated", "--preview", "--select", "TL501", "--output-format", "concise", str(pkg)],
         capture_output=True, text=True,
