@@ -265,6 +265,22 @@ def test_a_read_of_a_device_tensor_asks_the_stream_first_and_an_explicit_wait_do
     assert sum(site.queried.values()) == sum(site.idle_arrivals.values()) == 6
 
 
+def test_each_calling_line_asks_its_first_reads_then_one_in_query_every(lib):
+    from torchlint.sanitizer.sync.check import QUERY_EVERY, QUERY_FIRST
+
+    with sanitize(checks={"sync"}) as session:
+        check = session._checks[0]
+        check._query_stream = lambda index: True
+        read = check._timed("item", "Tensor.item", bare=True)(lambda value: lib.read_back(2.0))
+        for _ in range(QUERY_FIRST + 2 * QUERY_EVERY):
+            read(_OnDevice()); first = sys._getframe().f_lineno
+            read(_OnDevice()); second = sys._getframe().f_lineno
+    by_line = {s.key[1]: s for s in check._sites.values()}
+    for line in (first, second):  # the two lines do not share (and alias) one counter
+        assert sum(by_line[line].queried.values()) == QUERY_FIRST + 2
+        assert sum(by_line[line].steps.values()) == QUERY_FIRST + 2 * QUERY_EVERY
+
+
 def test_a_failing_stream_query_leaves_the_read_unasked(lib):
     def broken(index):
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
