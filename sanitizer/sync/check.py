@@ -1,6 +1,6 @@
 """The sync check: every host-device synchronization, traced to the user's line.
 
-How syncs are caught (runtime-hooks.md §7a):
+How syncs are caught:
 
 1. **torch's sync debug mode in warn mode** plus a ``warnings.showwarning``
    hook, installed at every ``start()`` (pytest's per-test
@@ -135,7 +135,9 @@ class _Site:
                  "silenced", "silenced_count", "tensor", "in_test", "runs", "callee",
                  "run_steps", "no_grad_runs", "compiler", "pinned", "host_choice", "queried", "idle_arrivals")
 
-    def __init__(self, key, kind, api, stack, library, silenced, in_test, compiler=False):
+    def __init__(self, key: Tuple[str, int, str], kind: str, api: Optional[str], stack: List[Tuple[str, int, str]],
+                 library: Optional[Tuple[str, int, str]], silenced: bool, in_test: bool,
+                 compiler: bool = False) -> None:
         self.key = key
         self.kind = kind
         self.api = api
@@ -182,6 +184,14 @@ def _pinned_host(source: Any) -> Optional[bool]:
         return None
 
 
+def _dressed(wrapper: Callable[..., Any], original: Callable[..., Any], api: str) -> Callable[..., Any]:
+    """The wrapper dressed as its original: ``__wrapped__`` (``Patch`` and ``inspect`` follow it), name, doc."""
+    wrapper.__dict__["__wrapped__"] = original
+    wrapper.__name__ = getattr(original, "__name__", api)
+    wrapper.__doc__ = getattr(original, "__doc__", None)
+    return wrapper
+
+
 def _host_slice(source: Any) -> bool:
     """A host tensor that is a view into storage at least ``SLICE_RATIO`` times the bytes it copies."""
     try:
@@ -210,7 +220,8 @@ def _targets_cuda(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> bool:
 
 def _describe_tensor(value: Any) -> Optional[Dict[str, Any]]:
     try:
-        return {"shape": list(value.shape), "dtype": str(value.dtype).replace("torch.", ""), "device": str(value.device)}
+        return {"shape": list(value.shape), "dtype": str(value.dtype).replace("torch.", ""),
+                "device": str(value.device)}
     except Exception:
         return None
 
@@ -365,27 +376,23 @@ class SyncCheck(Check):
                     check._record(name, api, elapsed, args[0] if args else None, skip=2, idle=idle)
                 return result
 
-            if bare:
-                def wrapper(self):  # no *args/**kwargs to pack on the hot path
-                    try:
-                        on_cpu = self.is_cuda is False
-                    except AttributeError:  # not a tensor: torch's own error follows
-                        on_cpu = False
-                    if on_cpu or tls.depth:
-                        return original(self)
-                    return timed((self,), {}, syncs_on_device and type(self) in check._plain_tensor_types)
-            else:
-                def wrapper(*args, **kwargs):
-                    # A read-back of a CPU tensor never syncs; asked first, so
-                    # that call never reaches the thread-local.
-                    if (not explicit and args and getattr(args[0], "is_cuda", True) is False) or tls.depth:
-                        return original(*args, **kwargs)
-                    return timed(args, kwargs, explicit)
+            def bare_wrapper(self: Any) -> Any:  # no *args/**kwargs to pack on the hot path
+                try:
+                    on_cpu = self.is_cuda is False
+                except AttributeError:  # not a tensor: torch's own error follows
+                    on_cpu = False
+                if on_cpu or tls.depth:
+                    return original(self)
+                return timed((self,), {}, syncs_on_device and type(self) in check._plain_tensor_types)
 
-            wrapper.__wrapped__ = original
-            wrapper.__name__ = getattr(original, "__name__", api)
-            wrapper.__doc__ = getattr(original, "__doc__", None)
-            return wrapper
+            def wrapper(*args: Any, **kwargs: Any) -> Any:
+                # A read-back of a CPU tensor never syncs; asked first, so
+                # that call never reaches the thread-local.
+                if (not explicit and args and getattr(args[0], "is_cuda", True) is False) or tls.depth:
+                    return original(*args, **kwargs)
+                return timed(args, kwargs, explicit)
+
+            return _dressed(bare_wrapper if bare else wrapper, original, api)
 
         return make
 
@@ -454,10 +461,7 @@ class SyncCheck(Check):
                         check._record(kind, api, elapsed, source, skip=1, pinned=False, idle=idle)
                 return result
 
-            wrapper.__wrapped__ = original
-            wrapper.__name__ = getattr(original, "__name__", api)
-            wrapper.__doc__ = getattr(original, "__doc__", None)
-            return wrapper
+            return _dressed(wrapper, original, api)
 
         return make
 
@@ -560,7 +564,8 @@ class SyncCheck(Check):
         if torch is None:
             return []
         if kind == "mask-index":
-            return [(torch.Tensor, "__getitem__", "Tensor.__getitem__"), (torch.Tensor, "__setitem__", "Tensor.__setitem__")]
+            return [(torch.Tensor, "__getitem__", "Tensor.__getitem__"),
+                    (torch.Tensor, "__setitem__", "Tensor.__setitem__")]
         if kind == "nonzero":
             return [(torch, "where", "torch.where"), (torch, "masked_select", "torch.masked_select"),
                     (torch.Tensor, "masked_select", "Tensor.masked_select"), (torch, "argwhere", "torch.argwhere")]
@@ -651,7 +656,7 @@ class SyncCheck(Check):
                 site.callee = callee
             timeline = _timeline.of(self.session)
             if timeline is not None:
-                timeline.sync(kind, site.key[0], site.key[1], stall, site.rule, step, ended_at=began)
+                timeline.sync(site.kind, site.key[0], site.key[1], stall, site.rule, step, ended_at=began)
             if stall is not None:
                 site.stall[step] = site.stall.get(step, 0.0) + stall
                 site.timed[step] = site.timed.get(step, 0) + 1

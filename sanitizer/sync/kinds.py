@@ -32,11 +32,13 @@ KINDS: Dict[str, Tuple[Optional[str], str, str]] = {
     "unique": ("TL103", "unique", "pass a known upper bound, or move the unique out of the step"),
     "synchronize": ("TL102", "explicit synchronize",
                     "remove it, or replace it with an event record/wait between streams"),
-    "event-sync": ("TL102", "Event.synchronize", "use stream.wait_event(event) to order streams without blocking the host"),
+    "event-sync": ("TL102", "Event.synchronize",
+                   "use stream.wait_event(event) to order streams without blocking the host"),
     "empty-cache": ("TL303", "torch.cuda.empty_cache()",
                     "do not empty the cache inside the loop; it syncs the device and forces cudaMalloc later"),
     "pageable-copy": ("TL202", "non_blocking copy from pageable memory",
-                      "pin the host tensor (DataLoader(pin_memory=True), or pin_memory()) so non_blocking=True is asynchronous"),
+                      "pin the host tensor (DataLoader(pin_memory=True), or pin_memory()) "
+                      "so non_blocking=True is asynchronous"),
     "copy": (None, "blocking host-to-device copy",
              "pin the source and pass non_blocking=True, or create the tensor on the device"),
     # A host tensor moved again and again: the fix is to stop moving it, not to pin it.

@@ -278,7 +278,7 @@ def _site_finding(site: SiteRecord, steps: StepCount, min_count: int, test_id: O
         file=file,
         line=line,
         function=function,
-        stack=[Frame(f, l, fn) for f, l, fn in site.stack],
+        stack=[Frame(path, number, name) for path, number, name in site.stack],
         count=count,
         rule=rule,
         fix_hint=hint,
@@ -291,7 +291,8 @@ def _message(cadence: Cadence, label: str, count: int, runs: int, steps: StepCou
     """One sentence: what blocked the host, how often, and so what it costs."""
     stepped = steps.completed > 0
     if cadence.kind == PER_STEP:
-        where = "every measured step" if cadence.every_step else f"{cadence.occurrences} of {steps.measured} measured steps"
+        where = ("every measured step" if cadence.every_step
+                 else f"{cadence.occurrences} of {steps.measured} measured steps")
         return f"{label} blocks the host until the GPU catches up, per step ({count}x, {where})"
     if cadence.kind == PER_EVAL_BATCH:
         passes = f" in {cadence.occurrences} evaluation pass(es)" if stepped else ""
@@ -306,6 +307,7 @@ def _message(cadence: Cadence, label: str, count: int, runs: int, steps: StepCou
         return (f"periodic: {label} every {cadence.period} steps ({cadence.occurrences} times{cost}); "
                 f"already periodic, not a per-step stall")
     if cadence.kind == COMPILE:
-        return f"during compilation: {label} ran {runs}x inside torch.compile's own work (counted in the compilation phase)"
+        return (f"during compilation: {label} ran {runs}x inside torch.compile's own work "
+                "(counted in the compilation phase)")
     times = "once" if cadence.kind == ONCE else f"{runs}x"
     return f"one-off sync: {label} ran {times} (not per step, per batch or per loop iteration)"
