@@ -54,7 +54,7 @@ def test_a_slice_of_one_long_host_tensor_moved_every_step_is_tl204():
 
     def body(step):
         _busy(4)
-        inputs = ids[:, step * 30:(step + 1) * 30].to("cuda"); lines["copy"] = _line()  # noqa: F841
+        inputs = ids[:, step * 30:(step + 1) * 30].to("cuda"); lines["copy"] = _line()
     findings, _ = _training(body)
     finding = _at(findings, lines["copy"])
     assert finding.details["sync_kind"] == "host-slice" and finding.rule == "TL204", finding.details
@@ -67,7 +67,7 @@ def test_a_legacy_type_copy_from_pageable_memory_is_a_copy_with_tl202():
 
     def body(step):
         _busy(4)
-        moved = batch.type(torch.cuda.FloatTensor); lines["copy"] = _line()  # noqa: F841
+        moved = batch.type(torch.cuda.FloatTensor); lines["copy"] = _line()
     findings, _ = _training(body)
     finding = _at(findings, lines["copy"])
     assert finding.details["sync_kind"] == "copy" and finding.rule == "TL202", finding.details
@@ -79,7 +79,7 @@ def test_a_numpy_draw_made_a_cuda_tensor_is_host_built_tl204():
 
     def body(step):
         _busy(4)
-        z = torch.cuda.FloatTensor(np.random.normal(0, 1, (step + 4, 8))); lines["draw"] = _line()  # noqa: F841
+        z = torch.cuda.FloatTensor(np.random.normal(0, 1, (step + 4, 8))); lines["draw"] = _line()
     findings, _ = _training(body)
     finding = _at(findings, lines["draw"])
     assert finding.details["sync_kind"] == "host-built" and finding.rule == "TL204", finding.details
@@ -92,11 +92,11 @@ def test_a_read_right_after_a_read_that_drained_the_queue_is_no_stall():
     def body(step):
         _busy(4)
         total = x.sum()
-        first = total.item(); lines["first"] = _line()  # noqa: F841
+        first = total.item(); lines["first"] = _line()
         # Nothing queued since the first read: a kernel launched in between would still be
         # running when the query asks (measured on an H200: 94 of 100 right after a tiny sum).
-        second = total.item(); lines["second"] = _line()  # noqa: F841
-        copied = torch.tensor([first]).to("cuda"); lines["copy"] = _line()  # noqa: F841
+        second = total.item(); lines["second"] = _line()
+        copied = torch.tensor([first]).to("cuda"); lines["copy"] = _line()
     findings, _ = _training(body)
     first, second = _at(findings, lines["first"]), _at(findings, lines["second"])
     assert "no_stall" not in first.details and is_per_step_cost(first), first.details
@@ -106,13 +106,12 @@ def test_a_read_right_after_a_read_that_drained_the_queue_is_no_stall():
 
 
 def test_a_read_right_after_an_explicit_synchronize_is_no_stall():
-    x = torch.ones(4, device="cuda")
     lines = {}
 
     def body(step):
         y = _busy(4)
         torch.cuda.synchronize()
-        value = y[0, 0].item(); lines["read"] = _line()  # noqa: F841
+        value = y[0, 0].item(); lines["read"] = _line()
     findings, _ = _training(body)
     assert _at(findings, lines["read"]).details.get("no_stall") == "idle-on-arrival"
 
