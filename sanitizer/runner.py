@@ -145,7 +145,9 @@ def run_script(path: str, args: List[str], at_end: Optional[Callable[[], None]] 
         etype, value, tb = sys.exc_info()
         while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) != script:
             tb = tb.tb_next
-        traceback.print_exception(etype, value, tb if tb is not None else value.__traceback__)
+        if tb is None and value is not None:
+            tb = value.__traceback__
+        traceback.print_exception(etype, value, tb)
         return 1
     finally:
         sys.argv = saved_argv
@@ -219,8 +221,8 @@ def main(argv: Optional[List[str]] = None, prog: str = "torchlint-sanitize") -> 
     if options.warmup_steps < 0:
         print(f"{prog}: error: --warmup-steps must be >= 0", file=sys.stderr)
         return 2
-    from .session import SanitizerSession, parse_fail_on
     from .findings import KINDS
+    from .session import SanitizerSession, parse_fail_on
 
     try:
         fail_on = parse_fail_on(options.fail_on) if options.fail_on else frozenset(KINDS)
