@@ -278,7 +278,24 @@ class BlockingHostToDeviceCopy(Rule):
             for batch in loader:
                 x = batch["image"].to(device, torch.float16)
             """,
-            # no fix: `**kwargs` may hold a `collate_fn`, whose batches may not be tensors
+            fixed="""
+            import torch
+            from torch.utils.data import DataLoader as DL
+            kwargs = {"num_workers": 4, "pin_memory": True}
+            loader = DL(ds, **kwargs)
+            for batch in loader:
+                x = batch["image"].to(device, torch.float16, non_blocking=True)
+            """,
+        ),
+        # A `collate_fn` may make batches of the project's own class, whose
+        # `to()` may not take `non_blocking`: no fix.
+        Invalid(
+            """
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, pin_memory=True, collate_fn=collate)
+            for samples, targets in loader:
+                samples = samples.to(device)
+            """,
         ),
         # A tensor that was `.pin_memory()`'d.
         Invalid(
@@ -492,7 +509,24 @@ class BlockingHostToDeviceCopy(Rule):
         loader = self.ctx.facts.loader_for(origin.source, origin.function) if origin.source is not None else None
         if loader is None:
             return assumed  # `assume-pinned`: the user vouches for the batches; the fix is unsafe anyway
-        return uses_default_collate(loader.call) if loader.call is not None else loader.default_collate
+        if loader.call is None:
+            return loader.default_collate
+        return uses_default_collate(loader.call) or self._kwargs_without_collate(loader)
+
+    def _kwargs_without_collate(self, loader: LoaderInfo) -> bool:
+        """``DataLoader(ds, **kwargs)`` whose dicts are built in view and never get a ``collate_fn``."""
+        call = loader.call
+        if any(arg.keyword is not None and arg.keyword.value == "collate_fn" for arg in call.args):
+            return False
+        if len([arg for arg in call.args if arg.keyword is None and not arg.star]) > 6 or any(arg.star == "*" for arg in call.args):
+            return False
+        scope = id(loader.function.node) if loader.function is not None else 0
+        for starred in (arg for arg in call.args if arg.star == "**"):
+            name = dotted_name(starred.value)
+            entries = self.ctx.facts.dicts.get((scope, name)) or self.ctx.facts.dicts.get((0, name)) if name else None
+            if entries is None or "collate_fn" in entries:
+                return False
+        return True
 
     def _pinned(self, origin: Origin) -> Tuple[Optional[bool], str]:
         if origin.kind == "pinned":

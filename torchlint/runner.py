@@ -54,11 +54,7 @@ def run_text(text: str, job: Job) -> Tuple[FileResult, str]:
     new_text = text
     if job.mode in (FIX, DIFF):
         fixable = (lambda code: code in job.fixable) if job.fixable is not None else (lambda code: True)
-        crossfile.record_consulted()
-        try:
-            fixed = fix_text(text, job.path, job.options, job.unsafe_fixes, fixable)
-        finally:
-            result.depends_on = crossfile.consulted()
+        fixed = fix_text(text, job.path, job.options, job.unsafe_fixes, fixable)
         new_text, result.fixed, result.fix_error = fixed.text, fixed.applied, fixed.error
         output: LintOutput = fixed.remaining  # type: ignore[assignment]
         if job.mode == DIFF and new_text != text:
@@ -202,6 +198,8 @@ def fix_to_fixed_point(
 def _contents(paths: Iterable[str]) -> Dict[str, bytes]:
     contents: Dict[str, bytes] = {}
     for path in paths:
+        if not os.path.isfile(path):
+            continue  # a FIFO or a device is not read here (nor are its facts)
         try:
             with open(path, "rb") as handle:
                 contents[path] = handle.read()
