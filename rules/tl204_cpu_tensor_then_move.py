@@ -18,7 +18,8 @@ _DETERMINISTIC = frozenset(
     ).split()
 )
 # Factories that compute their values: on the device, floating-point results can differ from the CPU's.
-_COMPUTED = frozenset("torch." + name for name in "arange range linspace logspace".split())
+_COMPUTED = frozenset("torch." + name for name in "arange range".split())
+_FLOATING = frozenset("torch." + name for name in "linspace logspace".split())  # always floating-point
 # Random factories: the device's generator draws different numbers than the CPU's.
 _RANDOM = frozenset("torch." + name for name in "rand randn randint randperm".split())
 # The ``*_like`` factories are not listed: they allocate on their input's
@@ -341,6 +342,7 @@ class CpuTensorThenMove(Rule):
             unsafe = (
                 random
                 or (requires_grad is not None and not (isinstance(requires_grad.value, cst.Name) and requires_grad.value.value == "False"))
+                or qname in _FLOATING
                 or (qname in _COMPUTED and not _integer_literals_only(factory))
             )
             if self._inside_fstring_quoted('"'):

@@ -10,6 +10,7 @@ code.
 from __future__ import annotations
 
 import filecmp
+import glob
 import importlib.util
 import inspect
 import os
@@ -479,12 +480,14 @@ def test_13_fix_inside_an_fstring_uses_the_other_quote():
 
 
 def _interpreters():
+    """Pythons >= 3.12 on PATH (or installed by pyenv, whose shims may not be set up)."""
+    candidates = [shutil.which(name) for name in ("python3.12", "python3.13", "python3.14")]
+    candidates += sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.1[2-9]*/bin/python3")))
     found = []
-    for name in ("python3.12", "python3.13", "python3.14"):
-        path = shutil.which(name)
+    for path in candidates:
         if path and subprocess.run([path, "-c", "import tokenize; tokenize.FSTRING_START"], capture_output=True).returncode == 0:
             found.append(path)
-    return found
+    return found[:2]
 
 
 @pytest.mark.skipif(not _interpreters(), reason="needs a Python >= 3.12 on PATH")
