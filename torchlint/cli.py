@@ -6,6 +6,7 @@ Exit codes: 0 no findings left (or all fixed); 1 findings remain, or
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -22,7 +23,7 @@ from torchlint.progress import Progress
 from torchlint.registry import all_rules
 from torchlint.reporters import MACHINE_FORMATS, ReportContext, reporters
 from torchlint.rule import Diagnostic
-from torchlint.runner import ADD_NOQA, CHECK, DIFF, FIX, FileResult, Job, default_workers, fixable_summary, run, run_text
+from torchlint.runner import ADD_NOQA, CHECK, DIFF, FIX, FileResult, Job, default_workers, fix_to_fixed_point, fixable_summary, run, run_text
 from torchlint.selection import (
     Layer,
     SelectorError,
@@ -201,6 +202,11 @@ class Settings:
             self._options[key] = cached
         return cached
 
+    def refreshed(self, jobs: List[Job]) -> List[Job]:
+        """``jobs`` with their options computed again (fixes changed the project's facts)."""
+        self._options.clear()
+        return [dataclasses.replace(job, options=self.file_options(job.path)) for job in jobs]
+
     def unsafe_fixes(self, config: Config) -> bool:
         if self.args.unsafe_fixes is not None:
             return self.args.unsafe_fixes
@@ -305,7 +311,10 @@ def _check(args: argparse.Namespace) -> int:
     cache = ResultCache(args.cache_dir) if mode == CHECK and not args.no_cache else None
     report_to = _open_output_file(args)  # before any file is fixed: a bad path must not fail after
     with Progress.for_run(args, len(jobs)) as progress:
-        results = run(jobs, max(1, workers), cache, progress.update)
+        if mode == FIX:
+            results = fix_to_fixed_point(jobs, max(1, workers), progress.update, settings.refreshed)
+        else:
+            results = run(jobs, max(1, workers), cache, progress.update)
     results.extend(FileResult(path, [syntax_error(path, reason)]) for path, reason in missing)
     unsafe = settings.unsafe_fixes(settings.config_for(os.path.join(os.getcwd(), "x.py")))
     return _finish(args, results, mode, unsafe, sys.stdout, report_to)

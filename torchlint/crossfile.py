@@ -44,6 +44,9 @@ class PassedLoader:
     key: Union[int, str]  # the argument's position, or its keyword
     pinned: Optional[bool]
     where: str  # "main.py:12", for messages
+    # batches come from torch's default collate (no ``collate_fn``): tensors,
+    # not objects of the project's own classes (TL201's fix needs to know)
+    default_collate: bool = False
 
 
 class ProjectIndex:
@@ -93,6 +96,28 @@ def _find_root(path: str) -> str:
 
 
 _consulted: Optional[Set[str]] = None
+
+# While `--fix` rewrites files, other files' facts are read from the contents
+# the round started from (runner.fix_to_fixed_point), not from whatever the
+# disk holds when a worker gets there: the fixes of a round never depend on
+# which worker fixed which file first.
+_frozen: Dict[str, bytes] = {}
+
+
+def freeze(contents: Dict[str, bytes]) -> None:
+    """Read these files (absolute path -> bytes) from ``contents`` instead of
+    the disk, and forget every fact read so far; ``freeze({})`` ends it."""
+    global _frozen
+    clear_caches()
+    _frozen = {os.path.abspath(path): data for path, data in contents.items()}
+
+
+def read_text(path: str) -> str:
+    data = _frozen.get(os.path.abspath(path)) if _frozen else None
+    if data is None:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    return sources.decode(data).text
 
 
 def record_consulted() -> None:
@@ -148,8 +173,7 @@ def build(paths: List[str]) -> ProjectIndex:
     files = set(paths)
     for path in paths:
         try:
-            with open(path, "rb") as handle:
-                text = sources.decode(handle.read()).text
+            text = read_text(path)
         except (OSError, sources.DecodeError):
             continue  # the lint of the file reports it
         if "pin_memory" not in text or "DataLoader" not in text:
@@ -179,7 +203,7 @@ def build(paths: List[str]) -> ProjectIndex:
                     continue
                 key: Union[int, str] = arg.keyword.value if arg.keyword is not None else position
                 row = _row(text, loader.call)
-                index.add(callee, function, PassedLoader(key, loader.pinned, f"{os.path.basename(path)}:{row}"))
+                index.add(callee, function, PassedLoader(key, loader.pinned, f"{os.path.basename(path)}:{row}", uses_default_collate(loader.call)))
     return index
 
 
@@ -229,7 +253,19 @@ def loader_passed(path: str, function: "FunctionInfo", param: str) -> Optional["
     if not matching:
         return None
     chosen = next((p for p in matching if p.pinned), matching[0])
-    return LoaderInfo(call=None, target=param, pinned=chosen.pinned, num_workers=None, sampler=None, function=None, where=chosen.where)  # type: ignore[arg-type]
+    return LoaderInfo(
+        call=None, target=param, pinned=chosen.pinned, num_workers=None, sampler=None, function=None,  # type: ignore[arg-type]
+        where=chosen.where, default_collate=chosen.default_collate,
+    )
+
+
+def uses_default_collate(call: Optional[cst.Call]) -> bool:
+    """``DataLoader(...)`` without a ``collate_fn`` (by keyword, by position,
+    or possibly inside ``**kwargs``): its batches are torch tensors."""
+    if call is None:
+        return False
+    positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
+    return len(positional) <= 6 and not any(arg.star or (arg.keyword is not None and arg.keyword.value == "collate_fn") for arg in call.args)
 
 
 # -- the other direction: does the function a loader is passed to copy its batches?
@@ -288,8 +324,7 @@ def copies_in(path: str) -> Set[Tuple[str, str]]:
 
     found = _COPIES[path] = set()
     try:
-        with open(path, "rb") as handle:
-            text = sources.decode(handle.read()).text
+        text = read_text(path)
         module = cst.parse_module(text)
         ctx = FileContext(path, text, module)
         Walker(ctx, {}, {}, lambda method, exc: None).walk(module)
@@ -396,8 +431,7 @@ def _project_texts(root: str) -> Dict[str, str]:
         texts = _TEXTS[root] = {}
         for path in project_files(root):
             try:
-                with open(path, "rb") as handle:
-                    texts[path] = sources.decode(handle.read()).text
+                texts[path] = read_text(path)
             except (OSError, sources.DecodeError):
                 continue
     return texts

@@ -157,6 +157,8 @@ class LoaderInfo:
     function: Optional[FunctionInfo]
     # for a loader built in another file of the project: "main.py:12"
     where: Optional[str] = None
+    # a loader passed in from another file (``call`` is None there): built without a ``collate_fn``
+    default_collate: bool = False
 
 
 def _short(node: cst.CSTNode, depth: int = 0) -> str:

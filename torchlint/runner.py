@@ -149,6 +149,65 @@ def run(
     return results  # type: ignore[return-value]
 
 
+MAX_FIX_ROUNDS = 5  # a fix in one file can enable one in another, which can enable one in a third...
+
+
+def fix_to_fixed_point(
+    jobs: Sequence[Job],
+    workers: int,
+    on_result: Optional[Callable[[int], None]] = None,
+    refresh: Callable[[List[Job]], List[Job]] = lambda jobs: jobs,
+) -> List[FileResult]:
+    """``--fix`` in rounds, so that a second ``--fix`` changes nothing.
+
+    Every round reads other files' facts from the contents the round started
+    from (``crossfile.freeze``), so what a round fixes does not depend on the
+    number of workers or on the order files are done in. A fix can change a
+    fact another file's lint used (a loader made pinned in ``main.py`` makes
+    the copies of ``engine.py`` candidates): after a round that changed files,
+    the files of the projects those belong to are fixed again, with project
+    facts recomputed (``refresh`` rebuilds the jobs' options), until a round
+    changes nothing or ``MAX_FIX_ROUNDS`` rounds have run."""
+    results: List[FileResult] = [FileResult(job.path) for job in jobs]
+    pending = list(range(len(jobs)))
+    current = list(jobs)
+    for round_number in range(MAX_FIX_ROUNDS):
+        crossfile.freeze(_contents(job.path for job in current))
+        try:
+            done = _run_all([current[i] for i in pending], workers, on_result if round_number == 0 else None)
+        finally:
+            crossfile.freeze({})
+        changed_roots = set()
+        for index, result in zip(pending, done):
+            earlier = results[index]
+            result.fixed = earlier.fixed + result.fixed
+            result.fix_error = result.fix_error or earlier.fix_error
+            results[index] = result
+            if sum(result.fixed.values()) > sum(earlier.fixed.values()):
+                changed_roots.add(crossfile.project_root(current[index].path))
+        if not changed_roots:
+            break
+        from torchlint import project
+
+        project.clear_caches()  # project facts (the torch floor from API use) may have moved
+        current = refresh(current)
+        pending = [i for i, job in enumerate(current) if crossfile.project_root(job.path) in changed_roots]
+    return results
+
+
+def _contents(paths: Iterable[str]) -> Dict[str, bytes]:
+    contents: Dict[str, bytes] = {}
+    for path in paths:
+        if not os.path.isfile(path):
+            continue  # a FIFO or a device is not read here (nor are its facts)
+        try:
+            with open(path, "rb") as handle:
+                contents[path] = handle.read()
+        except OSError:
+            continue  # its own lint reports it
+    return contents
+
+
 def _run_all(jobs: Sequence[Job], workers: int, on_result: Optional[Callable[[int], None]]) -> List[FileResult]:
     """Files are linted in child processes where the platform can fork, so
     that a crash costs only the file it happened on."""
