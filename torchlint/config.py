@@ -153,8 +153,8 @@ def apply_table(config: Config, table: Dict[str, Any], where: str, rules: Dict[s
         elif key == "target-torch":
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 # TOML reads 2.10 as the number 2.1: the minor version would be lost.
-                raise ConfigError(f"{where}: target-torch: write the version as a string, e.g. target-torch = \"{value}\" "
-                                  f"(as a TOML number, {value!r} cannot tell 2.1 from 2.10)")
+                raise ConfigError(f"{where}: target-torch: {value!r} is a TOML number, which cannot tell 2.1 from 2.10; "
+                                  f"write the version as a string, e.g. target-torch = \"2.10\"")
             try:
                 config.target_torch = parse_version(value)
             except ValueError as exc:

@@ -191,3 +191,292 @@ def test_03_output_file_over_a_python_source_is_refused(tmp_path):
     assert (tmp_path / "setup.py").read_text() == "x = 1\n"
     done = torchlint("-n", "-o", "report.txt", "src", cwd=tmp_path, text=True)
     assert done.returncode == 1 and "TL101" in (tmp_path / "report.txt").read_text()
+
+
+# -- 14, 23: cache entries -----------------------------------------------------------
+def test_14_a_file_edited_during_the_run_is_not_cached_under_what_was_read_first(here, capsys, monkeypatch):
+    from torchlint import runner
+
+    (here / "train.py").write_text(SYNC)
+    real = runner._run_all
+
+    def edit_before_the_worker_reads(jobs, workers, *progress):
+        (here / "train.py").write_text("import torch\nfor x, y in loader:\n    print(model(x))\n")  # no findings
+        return real(jobs, workers, *progress)
+
+    monkeypatch.setattr(runner, "_run_all", edit_before_the_worker_reads)
+    assert lint(capsys, "-q", ".")[0] == 0  # the worker linted the edited file
+    monkeypatch.setattr(runner, "_run_all", real)
+    (here / "train.py").write_text(SYNC)  # the edit undone
+    code, out, _ = lint(capsys, "-q", ".")
+    assert code == 1 and "TL101" in out and "TL501" in out
+
+
+def _entries(root):
+    return [os.path.join(folder, name) for folder, _, names in os.walk(root / ".torchlint_cache")
+            for name in names if len(name) == 62]
+
+
+def test_23_wrongly_shaped_and_corrupted_entries_are_misses(here, capsys):
+    (here / "m.py").write_text(SYNC)
+    cold = lint(capsys, "-q", ".")
+    assert cold[0] == 1 and _entries(here)
+    for entry in _entries(here):
+        with open(entry, "wb") as handle:
+            pickle.dump((42, {}), handle)
+    assert lint(capsys, "-q", ".") == cold
+    size = os.path.getsize(_entries(here)[0])
+    for offset in range(0, size, max(1, size // 40)):  # single-byte flips all through the entry
+        entry = _entries(here)[0]
+        data = bytearray(open(entry, "rb").read())
+        data[offset] ^= 0x41
+        open(entry, "wb").write(bytes(data))
+        assert lint(capsys, "-q", ".") == cold, offset
+
+
+# -- 15, 16, 20: what is read ----------------------------------------------------------
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_15_fifos_and_devices_are_refused_without_reading_them(tmp_path):
+    (tmp_path / "ok.py").write_text(SYNC)
+    os.mkfifo(tmp_path / "pipe.py")
+    os.symlink("/dev/zero", tmp_path / "zero.py")
+    for args in ([".",], ["pipe.py", "zero.py", "ok.py"]):
+        done = torchlint("-n", "-q", *args, cwd=tmp_path, text=True, timeout=60)
+        assert done.returncode == 1, done.stderr
+        lines = done.stdout.splitlines()
+        assert "pipe.py:1:1: TL000 not a regular file (a FIFO); not read" in lines
+        assert "zero.py:1:1: TL000 not a regular file (a character device); not read" in lines
+        assert any(line.startswith("ok.py:3:") and "TL101" in line for line in lines)
+
+
+def test_16_a_tree_thousands_of_folders_deep_is_walked(here, capsys):
+    (here / "top.py").write_text(SYNC)
+    for _ in range(1100):  # one level at a time: pathlib and os.makedirs would recurse themselves
+        os.mkdir("a")
+        os.chdir("a")
+    with open("x.py", "w") as handle:
+        handle.write(SYNC)
+    os.chdir(here)
+    try:
+        code, out, err = lint(capsys, "-n", "-q", "--select", "TL101", ".")
+        assert code == 1 and err == ""
+        assert [line.split(":")[0].count("/") for line in out.splitlines()] == [1100, 0]
+    finally:
+        remove_deep_tree(here / "a")
+
+
+def remove_deep_tree(top) -> None:
+    """Bottom up, one level at a time (pytest's own clean-up, shutil.rmtree, recurses)."""
+    os.chdir(top)
+    depth = 0
+    while os.path.isdir("a"):
+        os.chdir("a")
+        depth += 1
+    for name in os.listdir("."):
+        os.unlink(name)
+    for _ in range(depth):
+        os.chdir("..")
+        os.rmdir("a")
+    os.chdir("..")
+    os.rmdir(top)
+
+
+def test_20_a_file_over_the_size_limit_is_one_line_and_the_limit_is_configurable(here, capsys):
+    (here / "gen.py").write_text("import torch\nv = f(" + ",".join(["x.y"] * 300_000) + ")\n")  # 1.2 MB
+    (here / "ok.py").write_text(SYNC)
+    code, out, _ = lint(capsys, "-n", "-q", ".")
+    assert out.splitlines()[0] == "gen.py:1:1: TL000 file is 1.1 MiB, over max-file-size (1.0 MiB); not linted"
+    assert code == 1 and "ok.py:3:" in out
+    code, out, _ = lint(capsys, "-n", "-q", "--max-file-size", "100KB", "ok.py")
+    assert "TL101" in out
+    code, out, _ = lint(capsys, "-n", "-q", "--max-file-size", "10B", "ok.py")
+    assert out == "ok.py:1:1: TL000 file is 0.1 KiB, over max-file-size (0.0 KiB); not linted\n"
+    (here / "pyproject.toml").write_text('[tool.torchlint]\nmax-file-size = "50B"\n')
+    capsys.readouterr()
+    code = main(["--preview", "-n", "-q", "ok.py"])
+    assert "over max-file-size" in capsys.readouterr().out
+    assert lint(capsys, "--max-file-size", "lots", "ok.py")[0] == 2
+
+
+# -- 17, 30: file names in every format -------------------------------------------------
+FORMATS = ["concise", "full", "json", "json-lines", "grouped", "github", "sarif", "junit", "pylint"]
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="needs a file system that takes any bytes")
+@pytest.mark.parametrize("output_format", FORMATS)
+def test_17_a_name_that_is_not_utf8_is_escaped_in_every_format(tmp_path, output_format):
+    (tmp_path / "ok.py").write_text(SYNC)
+    with open(os.path.join(os.fsencode(tmp_path), b"bad\xffname.py"), "w") as handle:
+        handle.write(SYNC)
+    on_stdout = torchlint("-n", "--output-format", output_format, ".", cwd=tmp_path)
+    assert on_stdout.returncode == 1, on_stdout.stderr
+    written = torchlint("-n", "--output-format", output_format, "-o", "report.out", ".", cwd=tmp_path)
+    assert written.returncode == 1, written.stderr
+    report = (tmp_path / "report.out").read_bytes()
+    assert report == on_stdout.stdout
+    text = report.decode("utf-8")  # strict: the report is UTF-8
+    if output_format == "sarif":
+        uris = {r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
+                for r in json.loads(text)["runs"][0]["results"]}
+        assert uris == {"ok.py", "bad%FFname.py"}
+    elif output_format in ("json", "json-lines"):
+        assert "bad\\udcffname.py" in text
+    elif output_format == "junit":
+        xml.dom.minidom.parseString(report)
+        assert "bad\\xffname.py" in text
+    else:
+        assert "bad\\xffname.py" in text
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="needs control characters in file names")
+def test_30_control_characters_in_names_are_escaped(tmp_path):
+    (tmp_path / "esc\x1b[2Jx.py").write_text(SYNC)
+    (tmp_path / "new\nline.py").write_text(SYNC)
+    junit = torchlint("-n", "--select", "TL101", "--output-format", "junit", ".", cwd=tmp_path)
+    xml.dom.minidom.parseString(junit.stdout)
+    concise = torchlint("-n", "-q", "--select", "TL101", ".", cwd=tmp_path, text=True)
+    assert concise.stdout.splitlines() == [
+        "esc\\x1b[2Jx.py:3:11: TL101 " + concise.stdout.splitlines()[0].split(" TL101 ", 1)[1],
+        "new\\x0aline.py:3:11: TL101 " + concise.stdout.splitlines()[1].split(" TL101 ", 1)[1],
+    ]
+    assert "\x1b" not in concise.stdout
+    pylint = torchlint("-n", "--select", "TL101", "--output-format", "pylint", ".", cwd=tmp_path, text=True)
+    assert len(pylint.stdout.splitlines()) == 2
+
+
+# -- 18, 29: coding cookies -------------------------------------------------------------
+ROT13 = b"# -*- coding: rot13 -*-\nx = 1\n"
+
+
+@pytest.mark.parametrize("codec", ["rot13", "hex", "base64", "zlib_codec"])
+def test_18_a_cookie_that_names_no_text_encoding_is_one_line(here, capsys, codec):
+    (here / "a.py").write_bytes(b"# -*- coding: %s -*-\nx = 1\n" % codec.encode())
+    (here / "b.py").write_text(SYNC)
+    code, out, err = lint(capsys, "-n", "-q", "a.py", "b.py")
+    assert code == 1 and err == ""
+    assert out.splitlines()[0] == f"a.py:1:1: TL000 cannot decode file: encoding problem: {codec} is not a text encoding"
+    assert "b.py:3:" in out
+
+
+def test_18_stdin_with_a_rot13_cookie_is_one_line_and_fix_keeps_the_buffer(tmp_path):
+    checked = torchlint("-", "--stdin-filename", "a.py", cwd=tmp_path, input=ROT13)
+    assert checked.returncode == 1 and b"Traceback" not in checked.stderr
+    assert b"a.py:1:1: TL000 cannot decode stdin: encoding problem: rot13 is not a text encoding" in checked.stdout
+    fixed = torchlint("--fix", "-", "--stdin-filename", "a.py", cwd=tmp_path, input=ROT13)
+    assert fixed.stdout == ROT13 and b"Traceback" not in fixed.stderr
+
+
+def test_29_flake8_and_the_cli_agree_on_a_wrong_coding_cookie(tmp_path):
+    flake8 = shutil.which("flake8", path=os.path.dirname(sys.executable))
+    if flake8 is None:
+        pytest.skip("needs flake8")
+    (tmp_path / "wrongdecl.py").write_bytes(b"# -*- coding: ascii -*-\n# caf\xc3\xa9\n" + SYNC.encode())
+    (tmp_path / "klingon.py").write_bytes(b"# -*- coding: klingon -*-\n" + SYNC.encode())
+    done = subprocess.run([flake8, "--select", "TL", "--isolated", "."], cwd=tmp_path, capture_output=True, text=True)
+    found = sorted(line.split(": ", 1)[1].split(" ")[0] + " " + line.split(":")[0] for line in done.stdout.splitlines())
+    assert found == ["TL000 ./klingon.py", "TL000 ./wrongdecl.py"], done.stdout + done.stderr
+    cli = torchlint("-n", "-q", "--select", "TL", ".", cwd=tmp_path, text=True)
+    assert sorted(line.split(": ")[1].split(" ")[0] + " ./" + line.split(":")[0] for line in cli.stdout.splitlines()) == found
+
+
+# -- 19: the report's own output ----------------------------------------------------------
+def test_19_a_closed_pipe_ends_quietly(tmp_path):
+    for index in range(300):
+        (tmp_path / f"m{index}.py").write_text(SYNC)
+    done = subprocess.run(f"{sys.executable} -m torchlint --isolated --preview -n . | head -1 > /dev/null; "
+                          "echo ${PIPESTATUS[0]}", shell=True, executable="/bin/bash", cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert done.stdout.strip() == "0" and done.stderr == ""
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_19_a_full_disk_under_the_report_is_one_line_and_exit_2(tmp_path):
+    (tmp_path / "m.py").write_text(SYNC)
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "torchlint", "--isolated", "--preview", "-n", "."], cwd=tmp_path,
+                              stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.strip() == "torchlint: error: cannot write the report: No space left on device"
+    done = torchlint("-n", "-o", "/dev/full", ".", cwd=tmp_path, text=True)
+    assert done.returncode == 2
+    assert done.stderr.strip() == "torchlint: error: /dev/full: cannot write the report: No space left on device"
+
+
+# -- 22, 28: configuration ------------------------------------------------------------------
+def test_22_a_broken_nested_config_costs_its_subtree_only(here, capsys):
+    (here / "src").mkdir()
+    (here / "src" / "train.py").write_text(SYNC)
+    broken = here / "tests" / "fixtures" / "broken"
+    broken.mkdir(parents=True)
+    (broken / "case.py").write_text("x = 1\n")
+    (broken / "pyproject.toml").write_text('[project\nname = "x"\n')
+    capsys.readouterr()
+    code = main(["--preview", "-n", "-q", "--jobs", "1", "."])
+    out, err = capsys.readouterr()
+    assert code == 2
+    assert "src/train.py:3:11: TL101" in out
+    [line] = err.splitlines()
+    assert line.startswith(f"torchlint: error: {broken / 'pyproject.toml'}: invalid TOML: ")
+    assert line.endswith("(1 file under it not linted)")
+
+
+@pytest.mark.parametrize("written", ["2.10", "1.10", "2"])
+def test_28_target_torch_as_a_toml_number_is_a_clear_error(here, capsys, written):
+    (here / "a.py").write_text("x = 1\n")
+    (here / "pyproject.toml").write_text(f"[tool.torchlint]\ntarget-torch = {written}\n")
+    capsys.readouterr()
+    assert main(["--show-settings", "a.py"]) == 2
+    err = capsys.readouterr().err
+    number = str(float(written)) if "." in written else written  # what TOML made of it
+    assert err.endswith(f'pyproject.toml: target-torch: {number} is a TOML number, which cannot tell 2.1 from 2.10; '
+                        'write the version as a string, e.g. target-torch = "2.10"\n')
+    (here / "pyproject.toml").write_text('[tool.torchlint]\ntarget-torch = "2.10"\n')
+    assert main(["--show-settings", "a.py"]) == 0
+    assert '">=2.10 (from target-torch)"' in capsys.readouterr().out
+
+
+# -- 24, 25, 27: messages -------------------------------------------------------------------
+@pytest.mark.parametrize("findings, reason", [
+    ('[{"path": "m.py", "line": 3}]', 'finding 0: no "kind"'),
+    ("[3]", "finding 0: not an object (int)"),
+    ('[{"kind": "sync", "count": "many"}]', 'finding 0: "count" is \'many\', not a whole number'),
+])
+def test_24_an_incomplete_runtime_report_is_one_line_naming_it(here, capsys, findings, reason):
+    (here / "m.py").write_text(SYNC)
+    (here / "r.json").write_text('{"tool": "torchlint-sanitizer", "version": 1, "findings": %s}' % findings)
+    code, out, err = lint(capsys, "-n", "--runtime-report", "r.json", "m.py")
+    assert code == 2 and err == f"torchlint: error: r.json: {reason}\n"
+
+
+def test_25_an_unwritable_report_path_never_costs_the_scripts_exit_code(tmp_path):
+    (tmp_path / "train.py").write_text('import sys\nprint("training done")\nsys.exit(3)\n')
+    sanitize = [sys.executable, "-m", "torchlint.sanitizer"]
+    for flag in ("--report-json", "--report-html"):
+        done = subprocess.run([*sanitize, flag, "/proc/report.out", "train.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        # Refused before the script runs (exit 2, one line), never a traceback with the script's status lost.
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        assert done.stderr.strip().splitlines()[-1].startswith(f"python -m torchlint.sanitizer: error: {flag} /proc/report.out")
+    done = subprocess.run([*sanitize, "--report-json", str(tmp_path), "train.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "is a directory" in done.stderr
+    assert not [name for name in os.listdir(tmp_path.parent) if ".tmp" in name]
+    done = subprocess.run([*sanitize, "--report-json", "r.json", "train.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 3 and (tmp_path / "r.json").is_file()
+
+
+@pytest.mark.skipif(shutil.which("git") is None or shutil.which("patch") is None, reason="needs git and patch")
+@pytest.mark.parametrize("target", [".", "m.py", "./m.py"])
+def test_27_diff_applies_with_git_and_patch_without_a_final_newline(tmp_path, target):
+    source = "import torch\n\n\ndef run(model, x):\n    return model.forward(x)"  # no final newline
+    for side in ("a", "b", "c"):
+        (tmp_path / side).mkdir()
+        (tmp_path / side / "m.py").write_text(source)
+    diff = torchlint("-n", "--diff", target, cwd=tmp_path / "a", text=True)
+    assert diff.returncode == 1
+    assert diff.stdout.startswith("--- a/m.py\n+++ b/m.py\n")
+    (tmp_path / "fix.diff").write_text(diff.stdout)
+    subprocess.run(["patch", "-p1", "-i", str(tmp_path / "fix.diff")], cwd=tmp_path / "b", check=True, capture_output=True)
+    subprocess.run(["git", "apply", "-p1", str(tmp_path / "fix.diff")], cwd=tmp_path / "c", check=True, capture_output=True)
+    torchlint("-n", "--fix", "m.py", cwd=tmp_path / "a")
+    expected = (tmp_path / "a" / "m.py").read_text()
+    assert expected.endswith("return model(x)")
+    assert (tmp_path / "b" / "m.py").read_text() == expected == (tmp_path / "c" / "m.py").read_text()
