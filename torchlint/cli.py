@@ -384,7 +384,12 @@ class _OutputFile(io.StringIO):
             data = self.getvalue().encode("utf-8", "backslashreplace")
             super().close()
             try:
-                write_atomic(os.path.realpath(self.path), data)
+                if os.path.exists(self.path) and not os.path.isfile(self.path):
+                    # /dev/stdout, a FIFO, a device: written into, never renamed over.
+                    with open(self.path, "wb") as handle:
+                        handle.write(data)
+                else:
+                    write_atomic(os.path.realpath(self.path), data)
             except OSError as exc:
                 raise ReportWriteError(f"{self.path}: cannot write the report: {exc.strerror or exc}") from None
 
