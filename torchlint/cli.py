@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import io
 import json
 import os
 import sys
@@ -15,15 +16,16 @@ from typing import Dict, List, Optional, Sequence, TextIO, Tuple
 
 from torchlint import __version__
 from torchlint.cache import CACHE_DIR_ENV, DEFAULT_DIR, ResultCache, clean_command
-from torchlint.config import OUTPUT_FORMATS, Config, ConfigError, ConfigFinder, apply_table, parse_version
+from torchlint.config import OUTPUT_FORMATS, Config, ConfigError, ConfigFinder, apply_table, parse_size, parse_version
 from torchlint.discovery import DiscoveryOptions, discover
 from torchlint.linter import FileOptions, syntax_error
 from torchlint.project import project_facts
 from torchlint.progress import Progress
 from torchlint.registry import all_rules
-from torchlint.reporters import MACHINE_FORMATS, ReportContext, reporters
+from torchlint.reporters import MACHINE_FORMATS, ReportContext, printable_path, reporters
 from torchlint.rule import Diagnostic
 from torchlint.runner import ADD_NOQA, CHECK, DIFF, FIX, FileResult, Job, default_workers, fix_to_fixed_point, fixable_summary, run, run_text
+from torchlint.source import DEFAULT_MAX_BYTES, write_atomic
 from torchlint.selection import (
     Layer,
     SelectorError,
@@ -92,6 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     files.add_argument("--no-respect-gitignore", dest="respect_gitignore", action="store_false", default=None)
     files.add_argument("--show-files", action="store_true", help="list the files that would be linted, then exit")
     files.add_argument("--show-settings", action="store_true", help="show the settings for the first file, then exit")
+    files.add_argument("--max-file-size", metavar="SIZE", help="files larger than this are one TL000, not linted (bytes, or e.g. 2MB; default 1MiB)")
     files.add_argument("-j", "--jobs", type=int, default=None, help="worker processes (default: all cores)")
     files.add_argument("-n", "--no-cache", action="store_true", help="lint every file again; do not read or write the result cache")
     files.add_argument("--cache-dir", default=None, metavar="PATH", help=f"where the result cache lives (default: ${CACHE_DIR_ENV}, else ./{DEFAULT_DIR})")
@@ -129,6 +132,10 @@ class Settings:
         cli_pfi = parse_cli_per_file_ignores(args.per_file_ignores + args.extend_per_file_ignores)
         self.cli_ignores = parse_per_file_ignores(cli_pfi, os.getcwd(), self.rules)
         self.target_torch = parse_version(args.target_torch) if args.target_torch else None
+        try:
+            self.max_file_size = parse_size(args.max_file_size) if args.max_file_size is not None else None
+        except ValueError as exc:
+            raise UsageError(f"--max-file-size: {exc}") from None
         self._options: Dict[Tuple, FileOptions] = {}
         self._configs: Dict[int, Config] = {}
         self._warned: set = set()
@@ -146,6 +153,9 @@ class Settings:
             apply_table(merged, self.overrides, "--config", self.rules)
             self._configs[key] = merged
         return self._configs[key]
+
+    def max_bytes(self, config: Config) -> int:
+        return self.max_file_size or config.max_file_size or DEFAULT_MAX_BYTES
 
     def preview(self, config: Config) -> bool:
         return bool(self.args.preview if self.args.preview is not None else config.preview)
@@ -268,6 +278,28 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # `torchlint . | head`: the reader has what it wanted. End quietly with
+        # ruff's exit code for a closed pipe (0), and keep Python's own flush
+        # at exit from raising again.
+        _silence_stdout()
+        return 0
+    except ReportWriteError as exc:
+        print(f"torchlint: error: {exc}", file=sys.stderr)
+        return 2
+
+
+class ReportWriteError(Exception):
+    """The report could not be written (a full disk, a vanished folder)."""
+
+
+def _silence_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # pragma: no cover - stdout is not a real file
+        pass
 
 
 def _mode(args: argparse.Namespace) -> str:
@@ -302,10 +334,20 @@ def _check(args: argparse.Namespace) -> int:
             "enabled": sorted(r.code for r in options.rules), "rule-options": options.rule_options,
         }, indent=2))
         return 0
+    _refuse_source_as_output(args, files)
     jobs = []
+    broken_configs: Dict[str, int] = {}  # a nested config that does not load -> files it left unlinted
     for path in files:
-        config = settings.config_for(path)
-        jobs.append(Job(path, settings.file_options(path), mode, settings.unsafe_fixes(config), settings.fixable(config), args.add_noqa or None))
+        try:
+            config = settings.config_for(path)
+            options = settings.file_options(path)
+        except ConfigError as exc:
+            # A broken pyproject.toml below the root (a test fixture, a vendored
+            # project) costs its own subtree, not the run.
+            broken_configs[str(exc)] = broken_configs.get(str(exc), 0) + 1
+            continue
+        jobs.append(Job(path, options, mode, settings.unsafe_fixes(config), settings.fixable(config),
+                        args.add_noqa or None, settings.max_bytes(config)))
     settings.warn_if_only_preview_selected()
     workers = args.jobs if args.jobs is not None else default_workers()
     cache = ResultCache(args.cache_dir) if mode == CHECK and not args.no_cache else None
@@ -317,16 +359,64 @@ def _check(args: argparse.Namespace) -> int:
             results = run(jobs, max(1, workers), cache, progress.update)
     results.extend(FileResult(path, [syntax_error(path, reason)]) for path, reason in missing)
     unsafe = settings.unsafe_fixes(settings.config_for(os.path.join(os.getcwd(), "x.py")))
-    return _finish(args, results, mode, unsafe, sys.stdout, report_to)
+    code = _finish(args, results, mode, unsafe, sys.stdout, report_to)
+    for message, count in broken_configs.items():
+        print(f"torchlint: error: {message} ({count} file{'s' if count != 1 else ''} under it not linted)", file=sys.stderr)
+    return 2 if broken_configs else code
+
+
+_SOURCE_SUFFIXES = (".py", ".pyi", ".pyw", ".ipynb")
+
+
+def _refuse_source_as_output(args: argparse.Namespace, files: Sequence[str]) -> None:
+    """``-o train.py`` (the report name forgotten) must not replace a source:
+    the report may not go to a linted file, nor over an existing Python file."""
+    if not args.output_file:
+        return
+    target = os.path.realpath(args.output_file)
+    if any(os.path.realpath(path) == target for path in files):
+        raise UsageError(f"{args.output_file}: the output file is one of the linted files; refusing to overwrite it")
+    if os.path.isfile(target) and target.endswith(_SOURCE_SUFFIXES):
+        raise UsageError(f"{args.output_file}: the output file is a Python source; refusing to overwrite it")
+
+
+class _OutputFile(io.StringIO):
+    """``-o PATH``: the report is collected, then written all at once when
+    closed, so a full disk leaves the previous report (or none), never half."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__()
+        self.path = path
+
+    def close(self) -> None:
+        if not self.closed:
+            data = self.getvalue().encode("utf-8", "backslashreplace")
+            super().close()
+            try:
+                if os.path.exists(self.path) and not os.path.isfile(self.path):
+                    # /dev/stdout, a FIFO, a device: written into, never renamed over.
+                    with open(self.path, "wb") as handle:
+                        handle.write(data)
+                else:
+                    write_atomic(os.path.realpath(self.path), data)
+            except OSError as exc:
+                raise ReportWriteError(f"{self.path}: cannot write the report: {exc.strerror or exc}") from None
 
 
 def _open_output_file(args: argparse.Namespace) -> Optional[TextIO]:
     if not args.output_file:
         return None
-    try:
-        return open(args.output_file, "w", encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"{args.output_file}: cannot write the output file: {exc.strerror or exc}") from None
+    path = args.output_file
+    # Checked now (a missing folder, a directory, no permission) so that it
+    # fails before any file is fixed; written at the end.
+    if os.path.isdir(path):
+        raise UsageError(f"{path}: cannot write the output file: Is a directory")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise UsageError(f"{path}: cannot write the output file: No such file or directory")
+    if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise UsageError(f"{path}: cannot write the output file: Permission denied")
+    return _OutputFile(path)
 
 
 def _check_stdin(args: argparse.Namespace, settings: Settings, mode: str) -> int:
@@ -386,13 +476,19 @@ def _finish(args: argparse.Namespace, results: List[FileResult], mode: str, unsa
     try:
         if not args.silent:
             _report(args, results, diagnostics, ctx, out, mode, unsafe, output_format, fixed_total)
+        if handle is None:
+            out.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as exc:  # a full disk or a closed terminal under the report
+        raise ReportWriteError(f"cannot write the report: {exc.strerror or exc}") from None
     finally:
         if handle is not None:
             handle.close()
     for error in internal:
-        print(f"torchlint: error: {error.path}: internal error in rule {error.rule}; please report it:\n{error.traceback}", file=sys.stderr)
+        print(f"torchlint: error: {printable_path(error.path)}: internal error in rule {error.rule}; please report it:\n{error.traceback}", file=sys.stderr)
     for path, reason in fix_errors:
-        print(f"torchlint: error: {path}: {reason}", file=sys.stderr)
+        print(f"torchlint: error: {printable_path(path)}: {reason}", file=sys.stderr)
     if internal:
         return 2
     if mode == DIFF:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import fnmatch
 import os
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence, Tuple
+from typing import Iterator, List, Optional, Sequence, Tuple
 
 from torchlint import gitignore
 
@@ -99,7 +99,7 @@ def discover(paths: Sequence[str], options: DiscoveryOptions) -> Tuple[List[str]
                 continue
             for path in _walk(given, options, missing):
                 add(path)
-        elif os.path.islink(given):  # a dangling link or a link loop: reading it says why
+        elif os.path.lexists(given):  # a dangling link, a link loop, a FIFO, a device: reading it says why
             add(given)
         else:
             missing.append((given, "No such file or directory (os error 2)"))
@@ -107,10 +107,13 @@ def discover(paths: Sequence[str], options: DiscoveryOptions) -> Tuple[List[str]
 
 
 def _walk(root: str, options: DiscoveryOptions, unreadable: List[Tuple[str, str]]) -> List[str]:
+    """Depth first, entries in name order, with an explicit stack: a tree
+    thousands of folders deep costs no recursion."""
     found: List[str] = []
     base_stack = gitignore.for_root(root) if options.respect_gitignore else gitignore.IgnoreStack()
+    pending: List[Tuple[Iterator[os.DirEntry], gitignore.IgnoreStack]] = []
 
-    def visit(directory: str, stack: gitignore.IgnoreStack) -> None:
+    def enter(directory: str, stack: gitignore.IgnoreStack) -> None:
         if options.respect_gitignore:
             stack = stack.child(directory)
         try:
@@ -119,21 +122,28 @@ def _walk(root: str, options: DiscoveryOptions, unreadable: List[Tuple[str, str]
         except OSError as exc:
             unreadable.append((directory, f"cannot read directory: {os_reason(exc)}"))
             return
-        for entry in entries:
-            path = entry.path
-            try:
-                is_dir = entry.is_dir(follow_symlinks=True)
-            except OSError:  # a symlink loop: a *.py one is reported when it is read
-                is_dir = False
-            if _excluded(path, options):
-                continue
-            if options.respect_gitignore and stack.ignored(os.path.abspath(path), is_dir):
-                continue
-            if is_dir:
-                if not entry.is_symlink():
-                    visit(path, stack)
-            elif entry.name.endswith(EXTENSIONS):
-                found.append(path)
+        pending.append((iter(entries), stack))
 
-    visit(root, base_stack)
+    enter(root, base_stack)
+    while pending:
+        entries, stack = pending[-1]
+        entry = next(entries, None)
+        if entry is None:
+            pending.pop()
+            continue
+        path = entry.path
+        try:
+            is_dir = entry.is_dir(follow_symlinks=True)
+        except OSError:  # a symlink loop: a *.py one is reported when it is read
+            is_dir = False
+        if _excluded(path, options):
+            continue
+        if options.respect_gitignore and stack.ignored(os.path.abspath(path), is_dir):
+            continue
+        if is_dir:
+            if not entry.is_symlink():
+                enter(path, stack)
+        elif entry.name.endswith(EXTENSIONS):
+            # FIFOs, devices and sockets are listed too: reading refuses them on one line.
+            found.append(path)
     return found

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import difflib
+import hashlib
 import os
 import re
 from collections import Counter
@@ -31,6 +32,7 @@ class Job:
     unsafe_fixes: bool = False
     fixable: Optional[frozenset] = None  # codes allowed to fix; None = all
     noqa_reason: Optional[str] = None
+    max_bytes: Optional[int] = sources.DEFAULT_MAX_BYTES  # larger files are one TL000, not linted
 
 
 @dataclass
@@ -46,6 +48,9 @@ class FileResult:
     # The project roots whose other files the lint consulted (cross-file
     # facts): a cached result holds only while they are unchanged.
     depends_on: List[str] = field(default_factory=list)
+    # SHA-256 of the bytes this result was computed from: the cache stores it
+    # only under the key of exactly these bytes.
+    content_sha256: str = ""
 
 
 def run_text(text: str, job: Job) -> Tuple[FileResult, str]:
@@ -58,11 +63,7 @@ def run_text(text: str, job: Job) -> Tuple[FileResult, str]:
         new_text, result.fixed, result.fix_error = fixed.text, fixed.applied, fixed.error
         output: LintOutput = fixed.remaining  # type: ignore[assignment]
         if job.mode == DIFF and new_text != text:
-            result.diff = "".join(
-                difflib.unified_diff(
-                    sources.split_lines(text), sources.split_lines(new_text), f"a/{job.path}", f"b/{job.path}"
-                )
-            )
+            result.diff = unified_diff(text, new_text, job.path)
             new_text = text
     else:
         crossfile.record_consulted()
@@ -80,31 +81,51 @@ def run_text(text: str, job: Job) -> Tuple[FileResult, str]:
     return result, new_text
 
 
+def unified_diff(old: str, new: str, path: str) -> str:
+    """A diff that ``git apply`` and ``patch -p1`` accept: headers name the
+    path normalized (``--diff .`` gives ``a/m.py``, not ``a/./m.py``), and a
+    last line without a newline is followed by git's marker for it."""
+    shown = os.path.normpath(path).replace(os.sep, "/")
+    lines = []
+    for line in difflib.unified_diff(sources.split_lines(old), sources.split_lines(new), f"a/{shown}", f"b/{shown}"):
+        lines.append(line)
+        if not line.endswith(("\n", "\r")):
+            lines.append("\n\\ No newline at end of file\n")
+    return "".join(lines)
+
+
 def run_file(job: Job) -> FileResult:
     try:
-        with open(job.path, "rb") as handle:
-            data = handle.read()
+        data = sources.read_bytes(job.path, job.max_bytes)
+    except sources.NotASourceFile as exc:
+        return FileResult(job.path, [syntax_error(job.path, str(exc))])
     except OSError as exc:
         return FileResult(job.path, [syntax_error(job.path, f"cannot read file: {exc.strerror or exc}")])
+    digest = hashlib.sha256(data).hexdigest()
     try:
         decoded = sources.decode(data)
     except sources.DecodeError as exc:
-        return FileResult(job.path, [syntax_error(job.path, f"cannot decode file: {exc}")])
+        return FileResult(job.path, [syntax_error(job.path, f"cannot decode file: {exc}")], content_sha256=digest)
     writes = job.mode in (FIX, ADD_NOQA)
     if writes and not sources.is_writable(job.path):
         result, _ = run_text(decoded.text, Job(job.path, job.options, CHECK))
         result.fix_error = "file is read-only; not fixed"
         return result
     result, new_text = run_text(decoded.text, job)
+    result.content_sha256 = digest
     if new_text != decoded.text and writes:
         try:
-            sources.write_in_place(job.path, decoded.encode(new_text))
+            # Written only if the file still holds the bytes that were fixed:
+            # an edit saved meanwhile, or another run's fixes, are never lost.
+            sources.write_in_place(job.path, decoded.encode(new_text), expected=data)
             return result
+        except sources.ChangedDuringRun:
+            why = "changed during the run, not fixed"
         except OSError as exc:
             why = f"cannot write fixed file: {exc.strerror or exc}"
         except UnicodeEncodeError as exc:
             why = f"fixed code cannot be encoded as {decoded.encoding}: {exc.reason}"
-        # Nothing was written: report the findings of the file as it is.
+        # Nothing was written: report the findings of the file as it was read.
         result, _ = run_text(decoded.text, Job(job.path, job.options, CHECK))
         result.fix_error = why
     return result
@@ -127,16 +148,15 @@ def run(
     if cache is None:
         return _run_all(jobs, workers, on_result)
     results: List[Optional[FileResult]] = [None] * len(jobs)
-    keys: Dict[int, str] = {}
+    read_as: Dict[int, str] = {}  # job index -> digest of the bytes read here
     for index, job in enumerate(jobs):
         if job.mode != CHECK:
             continue
         try:
-            with open(job.path, "rb") as handle:
-                keys[index] = cache.key(job.path, handle.read(), job.options)
-        except OSError:
+            read_as[index] = hashlib.sha256(sources.read_bytes(job.path, job.max_bytes)).hexdigest()
+        except OSError:  # not a regular file, too large, unreadable: the worker says why
             continue
-        results[index] = cache.get(keys[index])
+        results[index] = cache.get(cache.key(job.path, read_as[index], job.options))
     misses = [index for index, result in enumerate(results) if result is None]
     hits = len(jobs) - len(misses)
     if on_result is not None and hits:
@@ -144,8 +164,10 @@ def run(
     progress = None if on_result is None else (lambda done: on_result(hits + done))
     for index, result in zip(misses, _run_all([jobs[i] for i in misses], workers, progress)):
         results[index] = result
-        if index in keys and not result.errors:
-            cache.put(keys[index], result)
+        # A file that changed between the two reads is not cached: its result
+        # is stored only under the key of the very bytes the worker linted.
+        if index in read_as and not result.errors and result.content_sha256 == read_as[index]:
+            cache.put(cache.key(jobs[index].path, result.content_sha256, jobs[index].options), result)
     return results  # type: ignore[return-value]
 
 

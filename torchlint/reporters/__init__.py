@@ -57,13 +57,33 @@ class ReportContext:
         ]
 
     def display_path(self, path: str) -> str:
+        """The path as people read it, escaped (``printable_path``)."""
         if path == "-" or not os.path.isabs(path) and not path.startswith(".."):
-            return os.path.normpath(path) if path != "-" else path
+            return printable_path(os.path.normpath(path) if path != "-" else path)
         relative = os.path.relpath(path, self.cwd)
-        return path if relative.startswith("..") else relative
+        return printable_path(path if relative.startswith("..") else relative)
 
     def absolute_path(self, path: str) -> str:
         return path if path == "-" else os.path.abspath(os.path.join(self.cwd, path))
+
+
+def printable_path(path: str) -> str:
+    """A file name made safe for any text report: bytes that are not UTF-8
+    (``\\udcff`` surrogates from the file system) and control characters
+    (ESC, newline, DEL...) are written as ``\\xNN``, so a name can neither
+    drive the terminal, split a line, nor make the report unencodable or its
+    XML ill-formed. An ordinary name is returned unchanged."""
+    if path.isprintable() and not any("\udc80" <= ch <= "\udcff" for ch in path):
+        return path
+    out = []
+    for ch in path:
+        if "\udc80" <= ch <= "\udcff":
+            out.append(f"\\x{ord(ch) - 0xDC00:02x}")
+        elif not ch.isprintable() and ch != " ":
+            out.append(f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    return "".join(out)
 
 
 Reporter = Callable[[Sequence[Diagnostic], ReportContext, TextIO], None]

@@ -4,6 +4,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import urllib.parse
 from typing import Any, Dict, List, Sequence, TextIO
 
 from torchlint import __version__, docs, lifecycle
@@ -121,8 +122,11 @@ def sarif_document(diagnostics: Sequence[Diagnostic], ctx: ReportContext) -> Dic
 
 
 def _repo_uri(ctx: ReportContext, path: str, root: str) -> str:
+    """A relative URI reference: percent-encoded from the name's bytes, so a
+    name that is not UTF-8 or holds control characters is still a valid URI."""
     absolute = ctx.absolute_path(path)
-    return os.path.relpath(os.path.realpath(absolute), os.path.realpath(root)).replace(os.sep, "/")
+    relative = os.path.relpath(os.path.realpath(absolute), os.path.realpath(root)).replace(os.sep, "/")
+    return urllib.parse.quote(os.fsencode(relative), safe="/")
 
 
 def _related_locations(d: Diagnostic, ctx: ReportContext, root: str) -> List[Dict[str, Any]]:
@@ -174,6 +178,7 @@ def _runtime_only_results(ctx: ReportContext, root: str) -> List[Dict[str, Any]]
 
 def _file_uri(path: str) -> str:
     path = os.path.abspath(path).replace(os.sep, "/")
+    path = urllib.parse.quote(os.fsencode(path), safe="/:")
     return "file://" + (path if path.startswith("/") else "/" + path) + "/"
 
 
