@@ -144,27 +144,25 @@ def _python_lines(source: str) -> Optional[Tuple[List[str], Dict[int, str]]]:
         if name not in PYTHON_CELL_MAGICS:
             return None
         magics[0] = lines[0]
-    continued = False
+    # A magic continued with a backslash is one statement over several lines:
+    # each of its lines becomes a `pass` at the indentation of its first.
+    indents: Dict[int, str] = {}
+    continued: Optional[str] = None
     for number, line in enumerate(lines):
-        if number in magics:
-            continued = line.rstrip("\n").endswith("\\")
-            continue
-        if continued or _LINE_MAGIC.match(line) or _ASSIGNED_MAGIC.match(line) or _HELP.match(line):
+        if number in magics or continued is not None or _LINE_MAGIC.match(line) or _ASSIGNED_MAGIC.match(line) or _HELP.match(line):
             magics[number] = line
-            continued = line.rstrip("\n").endswith("\\")
+            indent = continued if continued is not None else line[: len(line) - len(line.lstrip(" \t"))]
+            indents[number] = indent
+            continued = indent if line.rstrip("\n").endswith("\\") else None
     if magics:
         candidate = list(lines)
-        for number, original in magics.items():
-            candidate[number] = _placeholder(original)
+        for number in magics:
+            candidate[number] = indents[number] + PLACEHOLDER + "\n"
         for number in _inside_strings("".join(candidate)):
             magics.pop(number, None)  # a "%" line inside a triple-quoted string is text
-        for number, original in magics.items():
-            lines[number] = _placeholder(original)
+        for number in magics:
+            lines[number] = indents[number] + PLACEHOLDER + "\n"
     return lines, magics
-
-
-def _placeholder(line: str) -> str:
-    return line[: len(line) - len(line.lstrip(" \t"))] + PLACEHOLDER + "\n"
 
 
 def _inside_strings(text: str) -> List[int]:
