@@ -169,6 +169,20 @@ def _name_cells(value: Any, names: Dict[str, str]) -> Any:
     return value
 
 
+def _current_cell_number(shell: Any) -> int:
+    """The number of the cell running this magic: IPython compiled it under a
+    file it maps to that number (``execution_count`` may already count the
+    next cell by now, depending on the IPython version)."""
+    known = getattr(getattr(shell, "compile", None), "_filename_map", None) or {}
+    frame = sys._getframe(1)
+    while frame is not None:
+        number = known.get(frame.f_code.co_filename)
+        if isinstance(number, int) and frame.f_code.co_filename not in _CELL_FILES:
+            return number
+        frame = frame.f_back
+    return int(shell.execution_count)
+
+
 def _cell_file(shell: Any, source: str, number: int) -> str:
     """A real path for the cell's code (a pseudo name such as ``<cell>`` is
     never the user's, frames.py rule 1), with its lines in ``linecache`` for
@@ -233,21 +247,16 @@ class _Magics:
         except UsageError as exc:
             print(str(exc), file=sys.stderr)
             return
-        number = self.shell.execution_count
+        number = _current_cell_number(self.shell)
         # One blank line stands for the magic's own line: lines count as the cell shows them.
         source = "\n" + self.shell.transform_cell(cell)
         path = _cell_file(self.shell, source, number)
         code = compile(source, path, "exec", flags=getattr(self.shell.compile, "flags", 0), dont_inherit=True)
         run.start()
-        failure: Optional[BaseException] = None
         try:
             exec(code, self.shell.user_ns)
-        except BaseException as exc:  # shown after the report, as the cell's own error
-            failure = exc
-        report = run.finish()
-        self._display(report)
-        if failure is not None:
-            raise failure
+        finally:  # the report shows, then the cell's own error if it raised
+            self._display(run.finish())
         if options.strict and run.failing():
             raise SanitizerFindings(f"{prog} --strict: the cell has failing findings")
 
