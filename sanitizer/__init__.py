@@ -15,14 +15,14 @@ from .session import SanitizerSession, allow_sync, sanitize
 __all__ = ["Finding", "Frame", "SanitizerSession", "allow_sync", "sanitize"]
 
 
-def load_ipython_extension(shell) -> None:  # type: ignore[no-untyped-def]
+def load_ipython_extension(shell) -> None:
     """``%load_ext torchlint.sanitizer``: the ``%%gpu_sanitize`` and ``%gpu_sanitize`` magics (jupyter.py)."""
     from .jupyter import load_ipython_extension as load
 
     load(shell)
 
 
-def unload_ipython_extension(shell) -> None:  # type: ignore[no-untyped-def]
+def unload_ipython_extension(shell) -> None:
     from .jupyter import unload_ipython_extension as unload
 
     unload(shell)

@@ -20,6 +20,7 @@ CUDA device the cell output says so in one line and the code runs without
 the sanitizer (``TORCHLINT_SANITIZER_FORCE=1`` starts the checks anyway, as
 for the runner).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,7 +35,7 @@ import time
 from typing import Any, Dict, List, Optional
 
 from . import frames
-from .runner import INACTIVE_LINE, _TRUE, _cuda_available, _write_outputs, add_session_options
+from .runner import _TRUE, INACTIVE_LINE, _cuda_available, _write_outputs, add_session_options
 
 CELL_MAGIC = "gpu_sanitize"
 IFRAME_HEIGHT_PX = 640
@@ -74,8 +75,10 @@ class SanitizerReport:
         return render([self.report])
 
     def _repr_html_(self) -> str:
-        return (f'<iframe class="torchlint-sanitizer-report" srcdoc="{html.escape(self.html_page(), quote=True)}" '
-                f'style="width:100%;height:{IFRAME_HEIGHT_PX}px;border:1px solid #ccc;resize:vertical"></iframe>')
+        return (
+            f'<iframe class="torchlint-sanitizer-report" srcdoc="{html.escape(self.html_page(), quote=True)}" '
+            f'style="width:100%;height:{IFRAME_HEIGHT_PX}px;border:1px solid #ccc;resize:vertical"></iframe>'
+        )
 
     def __repr__(self) -> str:
         return self.summary
@@ -97,8 +100,11 @@ class _Run:
             raise UsageError(f"{prog}: error: --warmup-steps must be >= 0")
         from .report import unwritable
 
-        for flag, path in (("--report-json", options.report_json), ("--report-html", options.report_html),
-                           ("--trace", options.trace)):
+        for flag, path in (
+            ("--report-json", options.report_json),
+            ("--report-html", options.report_html),
+            ("--trace", options.trace),
+        ):
             problem = unwritable(path) if path else None
             if problem:
                 raise UsageError(f"{prog}: error: {flag} {path}: {problem}")
@@ -137,8 +143,9 @@ class _Run:
             from .findings import Finding
 
             findings = [Finding.from_json(entry) for entry in report.get("findings", [])]
-            summary = render_summary(findings, report.get("steps"), limit=self.options.limit, title=self.prog,
-                                     phases=report.get("phases"))
+            summary = render_summary(
+                findings, report.get("steps"), limit=self.options.limit, title=self.prog, phases=report.get("phases")
+            )
         if self.options.report_json or self.options.report_html or self.options.trace:
             _write_outputs(self.prog, self.options, report, None, self.started_at)
         return SanitizerReport(report, summary)
@@ -162,8 +169,10 @@ def _cell_names(shell: Any) -> Dict[str, str]:
 def _name_cells(value: Any, names: Dict[str, str]) -> Any:
     """The report with every ``file`` that is a cell's file replaced by the cell's name."""
     if isinstance(value, dict):
-        return {key: (names.get(item, item) if key == "file" and isinstance(item, str) else _name_cells(item, names))
-                for key, item in value.items()}
+        return {
+            key: (names.get(item, item) if key == "file" and isinstance(item, str) else _name_cells(item, names))
+            for key, item in value.items()
+        }
     if isinstance(value, list):
         return [_name_cells(item, names) for item in value]
     return value
@@ -174,7 +183,7 @@ def _current_cell_number(shell: Any) -> int:
     file it maps to that number (``execution_count`` may already count the
     next cell by now, depending on the IPython version)."""
     known = getattr(getattr(shell, "compile", None), "_filename_map", None) or {}
-    frame = sys._getframe(1)
+    frame: Optional[Any] = sys._getframe(1)
     while frame is not None:
         number = known.get(frame.f_code.co_filename)
         if isinstance(number, int) and frame.f_code.co_filename not in _CELL_FILES:
@@ -213,8 +222,11 @@ class _Magics:
         try:
             options = _parser(prog, with_action=True).parse_args(shlex.split(line))
             if options.action == "status":
-                print(f"{prog}: a session is running (started with `{prog} start`)" if _Magics.active is not None
-                      else f"{prog}: no session is running")
+                print(
+                    f"{prog}: a session is running (started with `{prog} start`)"
+                    if _Magics.active is not None
+                    else f"{prog}: no session is running"
+                )
                 return None
             if options.action == "start":
                 if _Magics.active is not None:
@@ -223,15 +235,16 @@ class _Magics:
                 run.start()
                 _Magics.active = run
                 if run.session is not None:
-                    print(f"{prog}: sanitizer started ({', '.join(sorted(run.checks))}); "
-                          f"`{prog} stop` ends the session and shows the report")
+                    print(
+                        f"{prog}: sanitizer started ({', '.join(sorted(run.checks))}); "
+                        f"`{prog} stop` ends the session and shows the report"
+                    )
                 return None
-            run, _Magics.active = _Magics.active, None
-            if run is None:
+            running, _Magics.active = _Magics.active, None
+            if running is None:
                 raise UsageError(f"{prog}: error: no session is running; `{prog} start` begins one")
-            report = run.finish()
-            self._display(report)
-            if run.options.strict and run.failing():
+            self._display(running.finish())
+            if running.options.strict and running.failing():
                 raise SanitizerFindings(f"{prog} --strict: the session has failing findings")
         except UsageError as exc:
             print(str(exc), file=sys.stderr)
@@ -242,7 +255,9 @@ class _Magics:
         try:
             options = _parser(prog, with_action=False).parse_args(shlex.split(line))
             if _Magics.active is not None:
-                raise UsageError(f"{prog}: error: a session started with `%{CELL_MAGIC} start` is running; stop it first")
+                raise UsageError(
+                    f"{prog}: error: a session started with `%{CELL_MAGIC} start` is running; stop it first"
+                )
             run = _Run(self.shell, options, prog)
         except UsageError as exc:
             print(str(exc), file=sys.stderr)

@@ -23,6 +23,7 @@ Entry points: ``lint_notebook`` (text in, findings with cell positions out;
 what an editor integration calls) and ``run_notebook`` (the runner's lint,
 fix, diff and add-noqa modes).
 """
+
 from __future__ import annotations
 
 import difflib
@@ -33,7 +34,7 @@ import tokenize
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
 
-from torchlint.rule import Diagnostic, ResolvedEdit, ResolvedEvidence, ResolvedFix
+from torchlint.rule import Diagnostic, ResolvedEdit, ResolvedFix
 from torchlint.source import split_lines
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -46,9 +47,19 @@ _MARKER = re.compile(r"# torchlint: cell (\d+)\n")
 PLACEHOLDER = "pass"
 # Cell magics whose body is Python run by IPython (the rest run another
 # language or write a file: their cells are not part of the program).
-PYTHON_CELL_MAGICS = frozenset({
-    "time", "timeit", "capture", "prun", "debug", "pypy", "python", "python3", "gpu_sanitize",
-})
+PYTHON_CELL_MAGICS = frozenset(
+    {
+        "time",
+        "timeit",
+        "capture",
+        "prun",
+        "debug",
+        "pypy",
+        "python",
+        "python3",
+        "gpu_sanitize",
+    }
+)
 
 
 class NotebookError(Exception):
@@ -101,7 +112,9 @@ def read(text: str) -> Tuple[object, int]:
     try:
         notebook = nbformat.reads(text, as_version=4)
     except Exception as exc:  # nbformat's readers raise several kinds for a malformed notebook
-        raise NotebookError(f"not a valid nbformat {version} notebook: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+        raise NotebookError(
+            f"not a valid nbformat {version} notebook: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+        ) from None
     return notebook, version
 
 
@@ -149,7 +162,13 @@ def _python_lines(source: str) -> Optional[Tuple[List[str], Dict[int, str]]]:
     indents: Dict[int, str] = {}
     continued: Optional[str] = None
     for number, line in enumerate(lines):
-        if number in magics or continued is not None or _LINE_MAGIC.match(line) or _ASSIGNED_MAGIC.match(line) or _HELP.match(line):
+        if (
+            number in magics
+            or continued is not None
+            or _LINE_MAGIC.match(line)
+            or _ASSIGNED_MAGIC.match(line)
+            or _HELP.match(line)
+        ):
             magics[number] = line
             indent = continued if continued is not None else line[: len(line) - len(line.lstrip(" \t"))]
             indents[number] = indent
@@ -198,10 +217,16 @@ def to_cells(d: Diagnostic, program: Program) -> Diagnostic:
         end_row = row
     fix = d.fix
     if fix is not None:
-        fix = ResolvedFix(fix.applicability, fix.message, tuple(
-            ResolvedEdit(e.content, (program.place(e.start[0])[1], e.start[1]), (program.place(e.end[0])[1], e.end[1]))
-            for e in fix.edits
-        ))
+        fix = ResolvedFix(
+            fix.applicability,
+            fix.message,
+            tuple(
+                ResolvedEdit(
+                    e.content, (program.place(e.start[0])[1], e.start[1]), (program.place(e.end[0])[1], e.end[1])
+                )
+                for e in fix.edits
+            ),
+        )
     evidence = tuple(
         replace(fact, row=program.place(fact.row)[1], cell=program.place(fact.row)[0]) if fact.path == d.path else fact
         for fact in d.evidence
@@ -241,7 +266,7 @@ def cells_after(program: Program, new_program: str) -> Dict[int, str]:
         matcher = difflib.SequenceMatcher(a=cell.lines, b=lines, autojunk=False)
         restored = list(lines)
         mapped = 0
-        for tag, a0, a1, b0, b1 in matcher.get_opcodes():
+        for tag, a0, a1, b0, _ in matcher.get_opcodes():
             if tag == "equal":
                 for offset in range(a1 - a0):
                     if a0 + offset in cell.magics:
@@ -262,9 +287,16 @@ def cell_diff(path: str, program: Program, changed: Dict[int, str]) -> str:
     sources = {cell.index: cell.source for cell in program.cells}
     parts = []
     for index in sorted(changed):
-        parts.append("".join(difflib.unified_diff(
-            _diff_lines(sources[index]), _diff_lines(changed[index]), f"a/{path}:cell {index}", f"b/{path}:cell {index}",
-        )))
+        parts.append(
+            "".join(
+                difflib.unified_diff(
+                    _diff_lines(sources[index]),
+                    _diff_lines(changed[index]),
+                    f"a/{path}:cell {index}",
+                    f"b/{path}:cell {index}",
+                )
+            )
+        )
     return "".join(parts)
 
 
@@ -286,7 +318,9 @@ def write_sources(text: str, changed: Dict[int, str]) -> str:
     document = _Spans(text)
     root = document.parse()
     if not isinstance(root, _Object) or "cells" not in root.members:
-        raise NotebookError("cannot write back an nbformat 3 notebook (`jupyter nbconvert --to notebook --inplace` converts it)")
+        raise NotebookError(
+            "cannot write back an nbformat 3 notebook (`jupyter nbconvert --to notebook --inplace` converts it)"
+        )
     cells = root.members["cells"]
     assert isinstance(cells, _Array)
     edits = []
@@ -403,7 +437,9 @@ class _Spans:
 # ---- the runner's modes ---------------------------------------------------
 
 
-def run_notebook(text: str, job: "Job", run_program: Callable[[str, "Job"], Tuple["FileResult", str]]) -> Tuple["FileResult", str]:
+def run_notebook(
+    text: str, job: "Job", run_program: Callable[[str, "Job"], Tuple["FileResult", str]]
+) -> Tuple["FileResult", str]:
     """Lint, fix, diff or add noqa to a notebook: ``run_program`` does it on
     the program (the runner's own code for a Python text); the result is
     placed in cells and the edited cells written back into ``text``."""
