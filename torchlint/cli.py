@@ -90,6 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
     files.add_argument("--stdin-filename", help="the path to report (and configure) stdin as")
     files.add_argument("--exclude", type=_codes, help="patterns to exclude, replacing the defaults")
     files.add_argument("--extend-exclude", type=_codes, action="append", default=[], help="patterns to exclude on top of the defaults")
+    files.add_argument("--extend-include", type=_codes, action="append", default=[],
+                       help="file patterns to lint beside *.py, *.pyi and *.ipynb (e.g. '*.pyw')")
     files.add_argument("--force-exclude", action="store_true", default=None, help="apply excludes to files named on the command line too")
     files.add_argument("--no-respect-gitignore", dest="respect_gitignore", action="store_false", default=None)
     files.add_argument("--show-files", action="store_true", help="list the files that would be linted, then exit")
@@ -236,6 +238,7 @@ class Settings:
         return DiscoveryOptions(
             exclude=args.exclude if args.exclude is not None else config.exclude,
             extend_exclude=config.extend_exclude + _flatten(args.extend_exclude),
+            extend_include=config.extend_include + _flatten(args.extend_include),
             respect_gitignore=config.respect_gitignore if args.respect_gitignore is None else args.respect_gitignore,
             force_exclude=bool(args.force_exclude if args.force_exclude is not None else config.force_exclude),
             root=config.root if config.path else os.getcwd(),

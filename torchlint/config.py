@@ -42,6 +42,7 @@ class Config:
     preview: Optional[bool] = None  # run preview rules (torchlint.lifecycle)
     exclude: Optional[List[str]] = None
     extend_exclude: List[str] = field(default_factory=list)
+    extend_include: List[str] = field(default_factory=list)  # file patterns linted beside *.py, *.pyi, *.ipynb
     respect_gitignore: bool = True
     force_exclude: bool = False
     output_format: Optional[str] = None
@@ -58,6 +59,7 @@ _LIST_KEYS = {
     "unfixable": "unfixable",
     "exclude": "exclude",
     "extend-exclude": "extend_exclude",
+    "extend-include": "extend_include",
 }
 _BOOL_KEYS = {
     "unsafe-fixes": "unsafe_fixes",

@@ -1,6 +1,7 @@
 """Which files to lint: ruff's discovery rules.
 
-Directories are walked for ``*.py`` and ``*.pyi``, skipping the default
+Directories are walked for ``*.py``, ``*.pyi`` and ``*.ipynb`` (plus what
+``extend-include`` adds), skipping the default
 excludes, ``--exclude``/``--extend-exclude`` patterns and, unless turned off,
 what ``.gitignore`` files ignore. A file named on the command line is always
 linted, unless ``--force-exclude`` is given (pre-commit passes every file by
@@ -21,13 +22,14 @@ DEFAULT_EXCLUDES = (
     ".torchlint_cache", ".venv", ".vscode", "__pypackages__", "__pycache__", "_build", "buck-out",
     "build", "dist", "node_modules", "site-packages", "venv",
 )
-EXTENSIONS = (".py", ".pyi")
+EXTENSIONS = (".py", ".pyi", ".ipynb")
 
 
 @dataclass
 class DiscoveryOptions:
     exclude: Optional[Sequence[str]] = None  # replaces the defaults when given
     extend_exclude: Sequence[str] = field(default_factory=list)
+    extend_include: Sequence[str] = field(default_factory=list)  # ruff's: patterns of more files to lint
     respect_gitignore: bool = True
     force_exclude: bool = False
     root: str = field(default_factory=os.getcwd)  # exclude patterns with a slash are relative to it
@@ -53,6 +55,11 @@ def _excluded(path: str, options: DiscoveryOptions) -> bool:
         elif fnmatch.fnmatchcase(relative, pattern.lstrip("/")) or fnmatch.fnmatchcase(absolute.replace(os.sep, "/"), pattern):
             return True
     return False
+
+
+def _included(path: str, options: DiscoveryOptions) -> bool:
+    """Does an ``extend-include`` pattern take this file? Patterns match as excludes do."""
+    return bool(options.extend_include) and _excluded(path, DiscoveryOptions(exclude=list(options.extend_include), root=options.root))
 
 
 def _force_excluded(path: str, options: DiscoveryOptions) -> bool:
@@ -143,7 +150,7 @@ def _walk(root: str, options: DiscoveryOptions, unreadable: List[Tuple[str, str]
         if is_dir:
             if not entry.is_symlink():
                 enter(path, stack)
-        elif entry.name.endswith(EXTENSIONS):
+        elif entry.name.endswith(EXTENSIONS) or _included(path, options):
             # FIFOs, devices and sockets are listed too: reading refuses them on one line.
             found.append(path)
     return found

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Sequ
 
 import libcst as cst
 
-from torchlint import crossfile
+from torchlint import crossfile, notebook
 from torchlint import source as sources
 from torchlint.fixer import fix_text, is_applicable
 from torchlint.linter import FileOptions, InternalError, LintOutput, lint_text, syntax_error, why_unparsable
@@ -54,7 +54,14 @@ class FileResult:
 
 
 def run_text(text: str, job: Job) -> Tuple[FileResult, str]:
-    """Lint or fix one already-decoded text; returns the result and the new text."""
+    """Lint or fix one already-decoded text; returns the result and the new text.
+    A notebook's text is its JSON: its code cells are linted as one program."""
+    if notebook.is_notebook(job.path):
+        return notebook.run_notebook(text, job, _run_program)
+    return _run_program(text, job)
+
+
+def _run_program(text: str, job: Job) -> Tuple[FileResult, str]:
     result = FileResult(job.path)
     new_text = text
     if job.mode in (FIX, DIFF):

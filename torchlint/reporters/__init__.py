@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, TextIO
 
 from torchlint.rule import Diagnostic, ResolvedEvidence
+from torchlint.source import split_lines
 
 
 @dataclass
@@ -47,12 +48,22 @@ class ReportContext:
 
     def evidence_place(self, d: Diagnostic, fact: ResolvedEvidence) -> str:
         same_file = self.absolute_path(fact.path) == self.absolute_path(d.path)
-        return f":{fact.row}" if same_file else f"{self.display_path(fact.path)}:{fact.row}"
+        row = f"cell {fact.cell}:{fact.row}" if fact.cell is not None else str(fact.row)
+        return f":{row}" if same_file else f"{self.display_path(fact.path)}:{row}"
+
+    def source_line(self, d: Diagnostic) -> Optional[str]:
+        """The finding's first line of code, for excerpts and fingerprints. A
+        notebook's text here is the program of its code cells (torchlint.notebook),
+        where the finding sits at ``noqa_row``."""
+        row = (d.noqa_row or d.row) if d.cell is not None else d.row
+        lines = split_lines(self.texts.get(d.path, ""))
+        return lines[row - 1].rstrip("\r\n") if 0 < row <= len(lines) else None
 
     def evidence_json(self, d: Diagnostic) -> List[Dict[str, Any]]:
         """The ``evidence`` list of json and json-lines (paths absolute, like ``filename``)."""
         return [
-            {"message": fact.text, "filename": self.absolute_path(fact.path), "location": {"row": fact.row, "column": fact.column}}
+            {"message": fact.text, "filename": self.absolute_path(fact.path), "location": {"row": fact.row, "column": fact.column},
+             **({"cell": fact.cell} if fact.cell is not None else {})}
             for fact in d.evidence
         ]
 

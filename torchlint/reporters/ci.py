@@ -11,7 +11,6 @@ from torchlint import __version__, docs, lifecycle
 from torchlint.registry import all_rules
 from torchlint.reporters import ReportContext
 from torchlint.rule import DOCS_URL, Diagnostic
-from torchlint.source import split_lines
 
 
 def escape_data(text: str) -> str:
@@ -38,7 +37,9 @@ def github(diagnostics: Sequence[Diagnostic], ctx: ReportContext, out: TextIO) -
             )
         )
         notes = "".join(f"\n  note: {note}" for note in ctx.evidence_notes(d))
-        out.write(f"::error {props}::{escape_data(f'{d.code} {d.message}{ctx.measured_suffix(d)}{notes}')}\n")
+        # GitHub places annotations by file line only: a notebook's finding says its cell (as ruff's do).
+        cell = f"{ctx.display_path(d.path)}:{d.place}: " if d.cell is not None else ""
+        out.write(f"::error {props}::{escape_data(f'{cell}{d.code} {d.message}{ctx.measured_suffix(d)}{notes}')}\n")
     if ctx.runtime is not None:
         from torchlint.runtime_join import runtime_only_line
 
@@ -59,8 +60,7 @@ def _repo_root(start: str) -> str:
 
 
 def _fingerprint(d: Diagnostic, uri: str, ctx: ReportContext) -> str:
-    lines = split_lines(ctx.texts.get(d.path, ""))
-    line = lines[d.row - 1].strip() if 0 < d.row <= len(lines) else ""
+    line = (ctx.source_line(d) or "").strip()
     return hashlib.sha256(f"{d.code}\0{uri}\0{line}".encode()).hexdigest()[:32]
 
 
@@ -93,9 +93,14 @@ def sarif_document(diagnostics: Sequence[Diagnostic], ctx: ReportContext) -> Dic
                 "partialFingerprints": {"torchlintFingerprint/v1": _fingerprint(d, uri, ctx)},
             }
         )
+        if d.cell is not None:
+            # SARIF regions count lines of the artifact; a notebook's finding counts
+            # them in its cell, which the location's message and properties name.
+            results[-1]["locations"][0]["message"] = {"text": f"cell {d.cell}, line {d.row}"}
+            results[-1]["properties"] = {"cell": d.cell}
         if d.evidence:
             results[-1]["relatedLocations"] = _related_locations(d, ctx, root)
-            results[-1]["properties"] = {"evidence": _evidence_properties(results[-1]["relatedLocations"])}
+            results[-1].setdefault("properties", {})["evidence"] = _evidence_properties(results[-1]["relatedLocations"])
         if ctx.runtime is not None:
             results[-1].setdefault("properties", {})["measured"] = ctx.measured(d)
     if ctx.runtime is not None:

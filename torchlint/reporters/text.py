@@ -7,7 +7,6 @@ from typing import Sequence, TextIO
 from torchlint.fixer import is_applicable
 from torchlint.reporters import ReportContext
 from torchlint.rule import SAFE, UNSAFE, Diagnostic
-from torchlint.source import split_lines
 
 
 def _marker(d: Diagnostic, ctx: ReportContext) -> str:
@@ -16,7 +15,7 @@ def _marker(d: Diagnostic, ctx: ReportContext) -> str:
 
 def concise(diagnostics: Sequence[Diagnostic], ctx: ReportContext, out: TextIO) -> None:
     for d in diagnostics:
-        out.write(f"{ctx.display_path(d.path)}:{d.row}:{d.column}: {d.code}{_marker(d, ctx)} {d.message}{ctx.measured_suffix(d)}\n")
+        out.write(f"{ctx.display_path(d.path)}:{d.place}: {d.code}{_marker(d, ctx)} {d.message}{ctx.measured_suffix(d)}\n")
     ctx.write_runtime_section(out)
 
 
@@ -24,23 +23,23 @@ def grouped(diagnostics: Sequence[Diagnostic], ctx: ReportContext, out: TextIO) 
     for path, items in groupby(diagnostics, key=lambda d: d.path):
         out.write(f"{ctx.display_path(path)}:\n")
         for d in items:
-            out.write(f"  {d.row}:{d.column} {d.code}{_marker(d, ctx)} {d.message}{ctx.measured_suffix(d)}\n")
+            out.write(f"  {d.place} {d.code}{_marker(d, ctx)} {d.message}{ctx.measured_suffix(d)}\n")
         out.write("\n")
     ctx.write_runtime_section(out)
 
 
 def pylint(diagnostics: Sequence[Diagnostic], ctx: ReportContext, out: TextIO) -> None:
     for d in diagnostics:
-        out.write(f"{ctx.display_path(d.path)}:{d.row}: [{d.code}] {d.message}{ctx.measured_suffix(d)}\n")
+        cell = f"cell {d.cell}:" if d.cell is not None else ""
+        out.write(f"{ctx.display_path(d.path)}:{cell}{d.row}: [{d.code}] {d.message}{ctx.measured_suffix(d)}\n")
     ctx.write_runtime_section(out)
 
 
 def full(diagnostics: Sequence[Diagnostic], ctx: ReportContext, out: TextIO) -> None:
     for d in diagnostics:
-        out.write(f"{ctx.display_path(d.path)}:{d.row}:{d.column}: {d.code}{_marker(d, ctx)} {d.message}{ctx.measured_suffix(d)}\n")
-        lines = split_lines(ctx.texts.get(d.path, ""))
-        if 0 < d.row <= len(lines):
-            source = lines[d.row - 1].rstrip("\r\n")
+        out.write(f"{ctx.display_path(d.path)}:{d.place}: {d.code}{_marker(d, ctx)} {d.message}{ctx.measured_suffix(d)}\n")
+        source = ctx.source_line(d)
+        if source is not None:
             gutter = f"{d.row:>4} | "
             out.write(f"{gutter}{source}\n")
             width = max(1, (d.end_column - d.column) if d.end_row == d.row else len(source) - d.column + 1)
