@@ -304,6 +304,10 @@ def _watch(args: argparse.Namespace) -> int:
         print("torchlint: error: --watch lints files: it cannot read stdin or be combined with --fix, --diff or --add-noqa",
               file=sys.stderr)
         return 2
+    missing = [path for path in paths if not os.path.exists(path)]
+    if missing:
+        print(f"torchlint: error: {missing[0]}: no such file or directory to watch", file=sys.stderr)
+        return 2
     # A config broken mid-edit is reported, and the watch goes on.
     return watch(lambda: _check_reporting_errors(args), paths)
 

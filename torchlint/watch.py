@@ -17,7 +17,8 @@ from typing import Callable, Dict, Iterable, Iterator, Optional, Sequence, Set, 
 WATCHED_SUFFIXES = (".py", ".pyi", ".ipynb")
 WATCHED_NAMES = ("pyproject.toml", ".gitignore")
 POLL_INTERVAL_S = 0.5
-_SKIPPED_DIRS = {".git", ".venv", "venv", "__pycache__", ".torchlint_cache", ".mypy_cache", ".ruff_cache", "node_modules"}
+_SKIPPED_DIRS = {".git", ".venv", "venv", "__pycache__", ".torchlint_cache", ".mypy_cache", ".ruff_cache",
+                 "node_modules"}
 
 
 def is_watched(path: str) -> bool:
@@ -30,8 +31,11 @@ def changes(paths: Sequence[str], stop: Optional[threading.Event] = None) -> Ite
     try:
         import watchfiles
     except ImportError:
-        yield from poll_changes(paths, stop)
-        return
+        return poll_changes(paths, stop)
+    return _watchfiles_changes(watchfiles, paths, stop)
+
+
+def _watchfiles_changes(watchfiles, paths: Sequence[str], stop: Optional[threading.Event]) -> Iterator[Set[str]]:
     for batch in watchfiles.watch(*paths, watch_filter=lambda _change, path: is_watched(path), stop_event=stop,
                                   raise_interrupt=False):
         yield {path for _change, path in batch}
@@ -39,9 +43,13 @@ def changes(paths: Sequence[str], stop: Optional[threading.Event] = None) -> Ite
 
 def poll_changes(paths: Sequence[str], stop: Optional[threading.Event] = None,
                  interval: float = POLL_INTERVAL_S) -> Iterator[Set[str]]:
-    """``changes`` without watchfiles: compare the tree's modification times."""
-    stop = stop or threading.Event()
-    before = _snapshot(paths)
+    """``changes`` without watchfiles: compare the tree's modification times
+    with those at this call (taken now, not at the first ``next``)."""
+    return _poll(paths, stop or threading.Event(), interval, _snapshot(paths))
+
+
+def _poll(paths: Sequence[str], stop: threading.Event, interval: float,
+          before: Dict[str, Tuple[int, int]]) -> Iterator[Set[str]]:
     while not stop.wait(interval):
         after = _snapshot(paths)
         changed = {path for path in before.keys() | after.keys() if before.get(path) != after.get(path)}
@@ -75,10 +83,11 @@ def _stat_into(seen: Dict[str, Tuple[int, int]], path: str) -> None:
 def watch(check: Callable[[], int], paths: Sequence[str], out: TextIO = sys.stdout,
           change_batches: Optional[Iterable[Set[str]]] = None) -> int:
     """Run ``check`` now and after every batch of changes; returns when the changes end."""
+    batches = iter(change_batches if change_batches is not None else changes(paths))
     _clear(out)
     out.write(f"[{_now()}] Starting linter in watch mode...\n")
     _run(check, out)
-    for changed in change_batches if change_batches is not None else changes(paths):
+    for changed in batches:
         _clear(out)
         out.write(f"[{_now()}] File change detected: {_describe(changed)}\n")
         _run(check, out)
