@@ -10,6 +10,7 @@ printed before it was shortened) and as the concise reporter prints it now;
 plus how many lines are over 100 columns each way, and how many lines now
 end in a cut (`…`) or show the rule's summary instead of the site's message.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,22 +29,52 @@ from torchlint.rule import Diagnostic, ResolvedEdit, ResolvedFix
 
 
 def findings(project: str, jobs: int) -> List[Diagnostic]:
-    command = [sys.executable, "-m", "torchlint", "--preview", "--select", "ALL", "--exit-zero", "--no-cache",
-               "--jobs", str(jobs), "--output-format", "json-lines", "."]
+    command = [
+        sys.executable,
+        "-m",
+        "torchlint",
+        "--preview",
+        "--select",
+        "ALL",
+        "--exit-zero",
+        "--no-cache",
+        "--jobs",
+        str(jobs),
+        "--output-format",
+        "json-lines",
+        ".",
+    ]
     output = subprocess.run(command, cwd=project, capture_output=True, text=True).stdout
     found = []
     for line in output.splitlines():
         item = json.loads(line)
         fix = item.get("fix")
-        found.append(Diagnostic(
-            code=item["code"], name=item["name"], message=item["message"], path=item["filename"],
-            row=item["location"]["row"], column=item["location"]["column"],
-            end_row=item["end_location"]["row"], end_column=item["end_location"]["column"],
-            fix=ResolvedFix(fix["applicability"], fix["message"], tuple(
-                ResolvedEdit(e["content"], (e["location"]["row"], e["location"]["column"] - 1),
-                             (e["end_location"]["row"], e["end_location"]["column"] - 1)) for e in fix["edits"]))
-            if fix else None,
-        ))
+        found.append(
+            Diagnostic(
+                code=item["code"],
+                name=item["name"],
+                message=item["message"],
+                path=item["filename"],
+                row=item["location"]["row"],
+                column=item["location"]["column"],
+                end_row=item["end_location"]["row"],
+                end_column=item["end_location"]["column"],
+                fix=ResolvedFix(
+                    fix["applicability"],
+                    fix["message"],
+                    tuple(
+                        ResolvedEdit(
+                            e["content"],
+                            (e["location"]["row"], e["location"]["column"] - 1),
+                            (e["end_location"]["row"], e["end_location"]["column"] - 1),
+                        )
+                        for e in fix["edits"]
+                    ),
+                )
+                if fix
+                else None,
+            )
+        )
     return found
 
 
@@ -65,12 +96,18 @@ def main() -> None:
             line = concise_line(d, ctx)
             now.append(len(line))
             cut += line.endswith("…")
-            summarised += line.endswith(summaries.get(d.code, "\0")) or line.endswith(summaries.get(d.code, "\0").split(" (")[0])
+            summarised += line.endswith(summaries.get(d.code, "\0")) or line.endswith(
+                summaries.get(d.code, "\0").split(" (")[0]
+            )
     print(f"corpus: {args.corpus}, {len(before)} findings (torchlint --preview --select ALL, per project)")
     for label, lengths in (("whole message (before)", before), ("concise line (now)", now)):
         over = sum(length > 100 for length in lengths)
-        print(f"{label:<24} median {statistics.median(lengths):>5.0f}   max {max(lengths):>4}   over 100: {over} ({over / len(lengths):.1%})")
-    print(f"now cut with an ellipsis: {cut} ({cut / len(now):.1%}); the rule's summary instead: {summarised} ({summarised / len(now):.1%})")
+        print(
+            f"{label:<24} median {statistics.median(lengths):>5.0f}   max {max(lengths):>4}   over 100: {over} ({over / len(lengths):.1%})"
+        )
+    print(
+        f"now cut with an ellipsis: {cut} ({cut / len(now):.1%}); the rule's summary instead: {summarised} ({summarised / len(now):.1%})"
+    )
 
 
 if __name__ == "__main__":

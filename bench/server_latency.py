@@ -20,6 +20,7 @@ clock of the client:
 
 It prints the median and the max of each, in milliseconds.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,7 +35,7 @@ from pathlib import Path
 from lsprotocol import types
 from pygls.lsp.client import LanguageClient
 
-BLOCK = '''
+BLOCK = """
 
 def train_{n}(model, optimizer, dataset, device, epochs=1):
     loader_{n} = DataLoader(dataset, batch_size=64, pin_memory=True, num_workers=2)
@@ -62,7 +63,7 @@ def evaluate_{n}(model, dataset, device):
             logits = model(images.to(device))
             correct += int((logits.argmax(1) == labels.to(device)).sum())
     return correct / len(dataset)
-'''
+"""
 HEADER = "import torch\nimport torch.nn.functional as F\nfrom torch.utils.data import DataLoader\n"
 
 
@@ -98,7 +99,9 @@ def ms(seconds: float) -> str:
 
 
 def summary(name: str, samples) -> None:
-    print(f"{name:<34} median {ms(statistics.median(samples)):>6} ms   max {ms(max(samples)):>6} ms   (n={len(samples)})")
+    print(
+        f"{name:<34} median {ms(statistics.median(samples)):>6} ms   max {ms(max(samples)):>6} ms   (n={len(samples)})"
+    )
 
 
 async def measure(lines: int, edits: int) -> None:
@@ -109,12 +112,18 @@ async def measure(lines: int, edits: int) -> None:
     uri = path.as_uri()
     client = Client()
     await client.start_io(sys.executable, "-m", "torchlint", "server", "--preview")
-    await client.initialize_async(types.InitializeParams(capabilities=types.ClientCapabilities(), root_uri=root.as_uri()))
+    await client.initialize_async(
+        types.InitializeParams(capabilities=types.ClientCapabilities(), root_uri=root.as_uri())
+    )
     client.initialized(types.InitializedParams())
-    print(f"file: {text.count(chr(10))} lines, {len(text)} characters; python {sys.version.split()[0]}, {os.cpu_count()} CPUs")
+    print(
+        f"file: {text.count(chr(10))} lines, {len(text)} characters; python {sys.version.split()[0]}, {os.cpu_count()} CPUs"
+    )
 
     started = time.perf_counter()
-    client.text_document_did_open(types.DidOpenTextDocumentParams(types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text)))
+    client.text_document_did_open(
+        types.DidOpenTextDocumentParams(types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text))
+    )
     first = await client.diagnostics_of(1)
     opened = time.perf_counter() - started
     summary("open -> diagnostics", [opened])
@@ -125,9 +134,12 @@ async def measure(lines: int, edits: int) -> None:
         version += 1
         at = types.Position(line=len(text.splitlines()), character=0)
         started = time.perf_counter()
-        client.text_document_did_change(types.DidChangeTextDocumentParams(
-            types.VersionedTextDocumentIdentifier(uri=uri, version=version),
-            [types.TextDocumentContentChangePartial(range=types.Range(at, at), text="#")]))
+        client.text_document_did_change(
+            types.DidChangeTextDocumentParams(
+                types.VersionedTextDocumentIdentifier(uri=uri, version=version),
+                [types.TextDocumentContentChangePartial(range=types.Range(at, at), text="#")],
+            )
+        )
         await client.diagnostics_of(version)
         keystrokes.append(time.perf_counter() - started)
         text += "#"
@@ -137,9 +149,12 @@ async def measure(lines: int, edits: int) -> None:
     for _ in range(10):
         version += 1
         at = types.Position(line=len(text.splitlines()), character=0)
-        client.text_document_did_change(types.DidChangeTextDocumentParams(
-            types.VersionedTextDocumentIdentifier(uri=uri, version=version),
-            [types.TextDocumentContentChangePartial(range=types.Range(at, at), text="#")]))
+        client.text_document_did_change(
+            types.DidChangeTextDocumentParams(
+                types.VersionedTextDocumentIdentifier(uri=uri, version=version),
+                [types.TextDocumentContentChangePartial(range=types.Range(at, at), text="#")],
+            )
+        )
         text += "#"
     last = await client.diagnostics_of(version)
     summary("10-keystroke burst -> diagnostics", [time.perf_counter() - started])
@@ -151,11 +166,16 @@ async def measure(lines: int, edits: int) -> None:
     actions, hovers = [], []
     for _ in range(edits):
         started = time.perf_counter()
-        await client.text_document_code_action_async(types.CodeActionParams(
-            types.TextDocumentIdentifier(uri), finding.range, types.CodeActionContext(diagnostics=[finding])))
+        await client.text_document_code_action_async(
+            types.CodeActionParams(
+                types.TextDocumentIdentifier(uri), finding.range, types.CodeActionContext(diagnostics=[finding])
+            )
+        )
         actions.append(time.perf_counter() - started)
         started = time.perf_counter()
-        await client.text_document_hover_async(types.HoverParams(types.TextDocumentIdentifier(uri), finding.range.start))
+        await client.text_document_hover_async(
+            types.HoverParams(types.TextDocumentIdentifier(uri), finding.range.start)
+        )
         hovers.append(time.perf_counter() - started)
     summary("code action", actions)
     summary("hover", hovers)

@@ -7,6 +7,7 @@ pytest read them), and otherwise the stream decides: colour only on a
 terminal that is not `TERM=dumb`. Output written to a file is a stream
 that is not a terminal, so it stays plain.
 """
+
 from __future__ import annotations
 
 import os

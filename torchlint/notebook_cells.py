@@ -10,6 +10,7 @@ parses and columns stay where they were: a line magic (`%time x`), a shell
 escape (`!pip install`), a help request (`x?`) and every line of a cell magic
 (`%%bash`) become `#...`.
 """
+
 from __future__ import annotations
 
 import re
@@ -66,7 +67,9 @@ def concatenate(cells: Sequence[Cell]) -> ConcatenatedCells:
 def _as_python(lines: List[str]) -> List[str]:
     if lines and lines[0].lstrip().startswith("%%"):  # a cell magic: the cell is not Python
         return [_comment(line) for line in lines]
-    return [_comment(line) if _IPYTHON_LINE.match(line) and not line.lstrip().startswith("#") else line for line in lines]
+    return [
+        _comment(line) if _IPYTHON_LINE.match(line) and not line.lstrip().startswith("#") else line for line in lines
+    ]
 
 
 def _comment(line: str) -> str:

@@ -15,6 +15,7 @@ Linting runs on a worker thread so that the server keeps reading messages.
 A change waits `DEBOUNCE_S` for the next keystroke, and a lint whose document
 changed meanwhile is dropped, never published. The module never imports torch.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -93,11 +94,13 @@ class TorchlintServer(LanguageServer):
         options = self.settings.file_options(path)
         if not options.rules and not self.warned_no_rules:
             self.warned_no_rules = True
-            self.window_show_message(types.ShowMessageParams(
-                types.MessageType.Warning,
-                "torchlint: no rule is enabled for this file. Every rule is in preview for now: "
-                "start the server as `torchlint server --preview`, or set `preview = true` under [tool.torchlint].",
-            ))
+            self.window_show_message(
+                types.ShowMessageParams(
+                    types.MessageType.Warning,
+                    "torchlint: no rule is enabled for this file. Every rule is in preview for now: "
+                    "start the server as `torchlint server --preview`, or set `preview = true` under [tool.torchlint].",
+                )
+            )
         return options
 
     def snapshot(self, uri: str) -> Tuple[Tuple[int, ...], str, Optional[ConcatenatedCells]]:
@@ -106,8 +109,11 @@ class TorchlintServer(LanguageServer):
         if notebook is None:
             document = self.workspace.get_text_document(uri)
             return (document.version or 0,), document.source, None
-        cells = [self.workspace.get_text_document(cell.document) for cell in notebook.cells
-                 if cell.kind == types.NotebookCellKind.Code]
+        cells = [
+            self.workspace.get_text_document(cell.document)
+            for cell in notebook.cells
+            if cell.kind == types.NotebookCellKind.Code
+        ]
         joined = concatenate([Cell(cell.uri, cell.source) for cell in cells if cell.language_id == "python"])
         version = (notebook.version, *(cell.version or 0 for cell in cells))
         return version, joined.source, joined
@@ -155,8 +161,11 @@ class TorchlintServer(LanguageServer):
     def publish(self, uri: str, linted: Linted) -> None:
         if linted.cells is None:
             document = self.workspace.get_text_document(uri)
-            self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(
-                uri, [to_lsp(d, document) for d in linted.findings], version=linted.version[0]))
+            self.text_document_publish_diagnostics(
+                types.PublishDiagnosticsParams(
+                    uri, [to_lsp(d, document) for d in linted.findings], version=linted.version[0]
+                )
+            )
             return
         by_cell: Dict[str, List[types.Diagnostic]] = {span.uri: [] for span in linted.cells.spans}
         for finding in linted.findings:
@@ -198,9 +207,18 @@ class TorchlintServer(LanguageServer):
                 unsafe = d.fix.applicability == UNSAFE
                 title = f"{d.code}: {d.fix.message}" + (" (unsafe fix: may change behaviour)" if unsafe else "")
                 edits = [text_edit(e, document) for e in d.fix.edits]
-                fixes.append((unsafe, types.CodeAction(
-                    title, kind=types.CodeActionKind.QuickFix, diagnostics=[diagnostic], is_preferred=not unsafe,
-                    edit=types.WorkspaceEdit(changes={uri: edits}))))
+                fixes.append(
+                    (
+                        unsafe,
+                        types.CodeAction(
+                            title,
+                            kind=types.CodeActionKind.QuickFix,
+                            diagnostics=[diagnostic],
+                            is_preferred=not unsafe,
+                            edit=types.WorkspaceEdit(changes={uri: edits}),
+                        ),
+                    )
+                )
             if d.code != "TL000":
                 noqa.append(self.noqa_action(d, document, diagnostic))
         actions = [action for _, action in sorted(fixes, key=lambda item: item[0])]  # safe first
@@ -211,7 +229,9 @@ class TorchlintServer(LanguageServer):
                 actions.append(fix_all)
         return actions
 
-    def noqa_action(self, d: Diagnostic, document: TextDocument, diagnostic: types.Diagnostic) -> Optional[types.CodeAction]:
+    def noqa_action(
+        self, d: Diagnostic, document: TextDocument, diagnostic: types.Diagnostic
+    ) -> Optional[types.CodeAction]:
         """The edit of `torchlint --add-noqa` for this finding, on its noqa line alone. (The
         command line also parses the result, against a line inside a multi-line string; the
         engine's noqa row is a statement's line, and a keystroke's budget has no room for a parse.)"""
@@ -224,8 +244,12 @@ class TorchlintServer(LanguageServer):
             return None
         end = document.position_to_client_units(ServerTextPosition(row - 1, len(old_line)))
         edit = types.TextEdit(types.Range(types.Position(row - 1, 0), end), new_line)
-        return types.CodeAction(f"{d.code}: add `# noqa: {d.code}`", kind=types.CodeActionKind.QuickFix,
-                                diagnostics=[diagnostic], edit=types.WorkspaceEdit(changes={document.uri: [edit]}))
+        return types.CodeAction(
+            f"{d.code}: add `# noqa: {d.code}`",
+            kind=types.CodeActionKind.QuickFix,
+            diagnostics=[diagnostic],
+            edit=types.WorkspaceEdit(changes={document.uri: [edit]}),
+        )
 
     async def fix_all_action(self, uri: str, linted: Linted, document: TextDocument) -> Optional[types.CodeAction]:
         path = self.path_of(uri)
@@ -235,14 +259,21 @@ class TorchlintServer(LanguageServer):
             return None
         allowed = self.settings.fixable(config)
         result = await asyncio.get_running_loop().run_in_executor(
-            None, fix_text, linted.text, path, self.options_for(path), unsafe,
-            (lambda code: code in allowed) if allowed is not None else (lambda code: True))
+            None,
+            fix_text,
+            linted.text,
+            path,
+            self.options_for(path),
+            unsafe,
+            (lambda code: code in allowed) if allowed is not None else (lambda code: True),
+        )
         if result.error is not None or result.text == linted.text:
             return None
         whole = types.Range(types.Position(0, 0), types.Position(len(document.lines), 0))
         title = "torchlint: fix all" + (" (safe and unsafe fixes)" if unsafe else " safe fixes")
-        return types.CodeAction(title, kind=FIX_ALL_KIND,
-                                edit=types.WorkspaceEdit(changes={uri: [types.TextEdit(whole, result.text)]}))
+        return types.CodeAction(
+            title, kind=FIX_ALL_KIND, edit=types.WorkspaceEdit(changes={uri: [types.TextEdit(whole, result.text)]})
+        )
 
     # -- hover -----------------------------------------------------------------------------
 
@@ -257,13 +288,17 @@ class TorchlintServer(LanguageServer):
                 codes.append(match.group(0))
         if not codes:
             linted = await self.current(uri)
+            cells = linted.cells if linted is not None else None
             for finding in linted.findings if linted is not None else []:
-                local = finding if linted.cells is None else _local_in(finding, linted.cells, uri)
+                local = finding if cells is None else _local_in(finding, cells, uri)
                 if local is not None and _overlaps(local, ServerTextRange(at, at)):
                     codes.append(local.code)
         rules = all_rules()
-        pages = [docs.render_markdown(rules[code]) + f"\n[Documentation]({_url(code)})"
-                 for code in dict.fromkeys(codes) if code in rules]
+        pages = [
+            docs.render_markdown(rules[code]) + f"\n[Documentation]({_url(code)})"
+            for code in dict.fromkeys(codes)
+            if code in rules
+        ]
         if not pages:
             return None
         return types.Hover(types.MarkupContent(types.MarkupKind.Markdown, "\n\n---\n\n".join(pages)))
@@ -274,7 +309,9 @@ class TorchlintServer(LanguageServer):
 
 def to_lsp(d: Diagnostic, document: TextDocument) -> types.Diagnostic:
     """A finding as a protocol diagnostic; the linter's columns are 1-based code points."""
-    server_range = ServerTextRange(ServerTextPosition(d.row - 1, d.column - 1), ServerTextPosition(d.end_row - 1, d.end_column - 1))
+    server_range = ServerTextRange(
+        ServerTextPosition(d.row - 1, d.column - 1), ServerTextPosition(d.end_row - 1, d.end_column - 1)
+    )
     return types.Diagnostic(
         range=document.range_to_client_units(server_range),
         message=d.message,
@@ -287,7 +324,9 @@ def to_lsp(d: Diagnostic, document: TextDocument) -> types.Diagnostic:
 
 def text_edit(edit: ResolvedEdit, document: TextDocument) -> types.TextEdit:
     """An edit as a protocol text edit; the linter's edit columns are 0-based code points."""
-    server_range = ServerTextRange(ServerTextPosition(edit.start[0] - 1, edit.start[1]), ServerTextPosition(edit.end[0] - 1, edit.end[1]))
+    server_range = ServerTextRange(
+        ServerTextPosition(edit.start[0] - 1, edit.start[1]), ServerTextPosition(edit.end[0] - 1, edit.end[1])
+    )
     return types.TextEdit(document.range_to_client_units(server_range), edit.content)
 
 
@@ -302,17 +341,30 @@ def in_cell(d: Diagnostic, cells: ConcatenatedCells) -> Optional[Tuple[str, Diag
     end_row, end_column = (end[1], d.end_column) if end is not None and end[0] == cell_uri else (row, d.column)
     fix = d.fix
     if fix is not None:
-        edits = []
+        edits: List[ResolvedEdit] = []
         for edit in fix.edits:
             first, last = cells.locate(edit.start[0]), cells.locate(edit.end[0])
             if first is None or last is None or first[0] != cell_uri or last[0] != cell_uri:
                 edits = []
                 break
-            edits.append(ResolvedEdit(edit.content, (edit.start[0] - offset, edit.start[1]), (edit.end[0] - offset, edit.end[1])))
+            edits.append(
+                ResolvedEdit(edit.content, (edit.start[0] - offset, edit.start[1]), (edit.end[0] - offset, edit.end[1]))
+            )
         fix = type(fix)(fix.applicability, fix.message, tuple(edits)) if edits else None
     noqa_row = (d.noqa_row or d.row) - offset
-    local = Diagnostic(d.code, d.name, d.message, d.path, row, d.column, end_row, end_column, fix,
-                       noqa_row if noqa_row >= 1 else row, d.evidence)
+    local = Diagnostic(
+        d.code,
+        d.name,
+        d.message,
+        d.path,
+        row,
+        d.column,
+        end_row,
+        end_column,
+        fix,
+        noqa_row if noqa_row >= 1 else row,
+        d.evidence,
+    )
     return cell_uri, local
 
 
@@ -376,8 +428,10 @@ def build_server(cli_args: Sequence[str]) -> TorchlintServer:
     def notebook_close(ls: TorchlintServer, params: types.DidCloseNotebookDocumentParams) -> None:
         ls.forget(params.notebook_document.uri, [cell.uri for cell in params.cell_text_documents])
 
-    @server.feature(types.TEXT_DOCUMENT_CODE_ACTION, types.CodeActionOptions(
-        code_action_kinds=[types.CodeActionKind.QuickFix, FIX_ALL_KIND]))
+    @server.feature(
+        types.TEXT_DOCUMENT_CODE_ACTION,
+        types.CodeActionOptions(code_action_kinds=[types.CodeActionKind.QuickFix, FIX_ALL_KIND]),
+    )
     async def code_action(ls: TorchlintServer, params: types.CodeActionParams) -> List[types.CodeAction]:
         return await ls.code_actions(params)
 
@@ -389,16 +443,25 @@ def build_server(cli_args: Sequence[str]) -> TorchlintServer:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="torchlint server",
-                                     description="Run torchlint as a language server over stdio (for editors).")
+    parser = argparse.ArgumentParser(
+        prog="torchlint server", description="Run torchlint as a language server over stdio (for editors)."
+    )
     parser.add_argument("--preview", action="store_true", default=None, help="also run preview rules")
     parser.add_argument("--no-preview", dest="preview", action="store_false")
-    parser.add_argument("--config", action="append", default=[], metavar="PATH|KEY=VALUE",
-                        help="a config file, or a TOML `key = value` override, as for `torchlint check`")
+    parser.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="PATH|KEY=VALUE",
+        help="a config file, or a TOML `key = value` override, as for `torchlint check`",
+    )
     parser.add_argument("--isolated", action="store_true", help="ignore every configuration file")
     args = parser.parse_args(argv)
-    cli_args = [*(["--preview"] if args.preview else ["--no-preview"] if args.preview is False else []),
-                *(f"--config={entry}" for entry in args.config), *(["--isolated"] if args.isolated else [])]
+    cli_args = [
+        *(["--preview"] if args.preview else ["--no-preview"] if args.preview is False else []),
+        *(f"--config={entry}" for entry in args.config),
+        *(["--isolated"] if args.isolated else []),
+    ]
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="torchlint server: %(message)s")
     build_server(cli_args).start_io()
     return 0

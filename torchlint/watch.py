@@ -5,6 +5,7 @@ cache makes that cost only the changed files (the others are cache hits).
 Changes come from `watchfiles` (the `watch` extra) when it is installed, else
 from polling the modification times of the watched tree twice a second.
 """
+
 from __future__ import annotations
 
 import os
@@ -17,8 +18,16 @@ from typing import Callable, Dict, Iterable, Iterator, Optional, Sequence, Set, 
 WATCHED_SUFFIXES = (".py", ".pyi", ".ipynb")
 WATCHED_NAMES = ("pyproject.toml", ".gitignore")
 POLL_INTERVAL_S = 0.5
-_SKIPPED_DIRS = {".git", ".venv", "venv", "__pycache__", ".torchlint_cache", ".mypy_cache", ".ruff_cache",
-                 "node_modules"}
+_SKIPPED_DIRS = {
+    ".git",
+    ".venv",
+    "venv",
+    "__pycache__",
+    ".torchlint_cache",
+    ".mypy_cache",
+    ".ruff_cache",
+    "node_modules",
+}
 
 
 def is_watched(path: str) -> bool:
@@ -36,20 +45,23 @@ def changes(paths: Sequence[str], stop: Optional[threading.Event] = None) -> Ite
 
 
 def _watchfiles_changes(watchfiles, paths: Sequence[str], stop: Optional[threading.Event]) -> Iterator[Set[str]]:
-    for batch in watchfiles.watch(*paths, watch_filter=lambda _change, path: is_watched(path), stop_event=stop,
-                                  raise_interrupt=False):
+    for batch in watchfiles.watch(
+        *paths, watch_filter=lambda _change, path: is_watched(path), stop_event=stop, raise_interrupt=False
+    ):
         yield {path for _change, path in batch}
 
 
-def poll_changes(paths: Sequence[str], stop: Optional[threading.Event] = None,
-                 interval: float = POLL_INTERVAL_S) -> Iterator[Set[str]]:
+def poll_changes(
+    paths: Sequence[str], stop: Optional[threading.Event] = None, interval: float = POLL_INTERVAL_S
+) -> Iterator[Set[str]]:
     """``changes`` without watchfiles: compare the tree's modification times
     with those at this call (taken now, not at the first ``next``)."""
     return _poll(paths, stop or threading.Event(), interval, _snapshot(paths))
 
 
-def _poll(paths: Sequence[str], stop: threading.Event, interval: float,
-          before: Dict[str, Tuple[int, int]]) -> Iterator[Set[str]]:
+def _poll(
+    paths: Sequence[str], stop: threading.Event, interval: float, before: Dict[str, Tuple[int, int]]
+) -> Iterator[Set[str]]:
     while not stop.wait(interval):
         after = _snapshot(paths)
         changed = {path for path in before.keys() | after.keys() if before.get(path) != after.get(path)}
@@ -80,8 +92,12 @@ def _stat_into(seen: Dict[str, Tuple[int, int]], path: str) -> None:
     seen[path] = (stat.st_mtime_ns, stat.st_size)
 
 
-def watch(check: Callable[[], int], paths: Sequence[str], out: TextIO = sys.stdout,
-          change_batches: Optional[Iterable[Set[str]]] = None) -> int:
+def watch(
+    check: Callable[[], int],
+    paths: Sequence[str],
+    out: TextIO = sys.stdout,
+    change_batches: Optional[Iterable[Set[str]]] = None,
+) -> int:
     """Run ``check`` now and after every batch of changes; returns when the changes end."""
     batches = iter(change_batches if change_batches is not None else changes(paths))
     _clear(out)

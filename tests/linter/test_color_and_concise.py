@@ -1,4 +1,5 @@
 """Colour on and off (--color, NO_COLOR, FORCE_COLOR, a terminal) and the concise line's width."""
+
 import io
 import os
 import textwrap

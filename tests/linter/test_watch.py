@@ -1,4 +1,5 @@
 """`torchlint --watch`: a change to a file is linted again; bounded by the output, not by sleeps."""
+
 import os
 import queue
 import subprocess
@@ -47,8 +48,14 @@ def watched(tmp_path):
     target = tmp_path / "train.py"
     target.write_text(CLEAN)
     env = {**os.environ, "TORCHLINT_CACHE_DIR": str(tmp_path / "cache"), "NO_COLOR": "1"}
-    process = subprocess.Popen([sys.executable, "-m", "torchlint", "--watch", "--preview", "--jobs", "1", "."],
-                               cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "torchlint", "--watch", "--preview", "--jobs", "1", "."],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     yield target, Lines(process.stdout)
     process.terminate()
     process.wait(timeout=EVENT_TIMEOUT_S)
@@ -78,8 +85,13 @@ def test_a_changed_file_is_linted_again(watched):
 
 def test_watch_refuses_stdin_and_fixes(tmp_path):
     for args in (["-"], ["--fix", "."], ["missing.py"]):
-        result = subprocess.run([sys.executable, "-m", "torchlint", "--watch", *args], cwd=tmp_path,
-                                capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        result = subprocess.run(
+            [sys.executable, "-m", "torchlint", "--watch", *args],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+        )
         assert result.returncode == 2 and ("--watch" in result.stderr or "missing.py: no such file" in result.stderr)
 
 

@@ -4,6 +4,7 @@ The server runs as `python -m torchlint server --preview` in a subprocess; the
 client opens a file and a notebook in a project of its own, waits for the
 diagnostics the server publishes, applies code actions to the text and hovers.
 """
+
 import asyncio
 import sys
 import textwrap
@@ -36,16 +37,20 @@ TRAIN = textwrap.dedent(
 WAIT_S = 30  # an upper bound on events, never a sleep
 
 
-@pytest_lsp.fixture(config=ClientServerConfig(server_command=[sys.executable, "-m", "torchlint", "server", "--preview"]))
+@pytest_lsp.fixture(
+    config=ClientServerConfig(server_command=[sys.executable, "-m", "torchlint", "server", "--preview"])
+)
 async def client(lsp_client: LanguageClient, tmp_path_factory):
     root = tmp_path_factory.mktemp("project")
-    (root / "pyproject.toml").write_text("[tool.torchlint]\nselect = [\"ALL\"]\n")
+    (root / "pyproject.toml").write_text('[tool.torchlint]\nselect = ["ALL"]\n')
     lsp_client.project = root
-    await lsp_client.initialize_session(types.InitializeParams(
-        capabilities=pytest_lsp.client_capabilities("visual-studio-code"),
-        root_uri=root.as_uri(),
-        workspace_folders=[types.WorkspaceFolder(uri=root.as_uri(), name="project")],
-    ))
+    await lsp_client.initialize_session(
+        types.InitializeParams(
+            capabilities=pytest_lsp.client_capabilities("visual-studio-code"),
+            root_uri=root.as_uri(),
+            workspace_folders=[types.WorkspaceFolder(uri=root.as_uri(), name="project")],
+        )
+    )
     yield
     await lsp_client.shutdown_session()
 
@@ -63,8 +68,9 @@ async def open_file(client: LanguageClient, name: str, text: str) -> str:
     path = client.project / name
     path.write_text(text)
     uri = path.as_uri()
-    client.text_document_did_open(types.DidOpenTextDocumentParams(
-        types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text)))
+    client.text_document_did_open(
+        types.DidOpenTextDocumentParams(types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text))
+    )
     return uri
 
 
@@ -78,7 +84,7 @@ def apply_edits(text: str, edits) -> str:
         return starts[min(position.line, len(lines))] + position.character
 
     for edit in sorted(edits, key=lambda e: offset(e.range.start), reverse=True):
-        text = text[: offset(edit.range.start)] + edit.new_text + text[offset(edit.range.end):]
+        text = text[: offset(edit.range.start)] + edit.new_text + text[offset(edit.range.end) :]
     return text
 
 
@@ -87,9 +93,13 @@ def by_code(diagnostics, code):
 
 
 async def actions_at(client: LanguageClient, uri: str, diagnostic: types.Diagnostic, only=None):
-    return await client.text_document_code_action_async(types.CodeActionParams(
-        text_document=types.TextDocumentIdentifier(uri), range=diagnostic.range,
-        context=types.CodeActionContext(diagnostics=[diagnostic], only=only)))
+    return await client.text_document_code_action_async(
+        types.CodeActionParams(
+            text_document=types.TextDocumentIdentifier(uri),
+            range=diagnostic.range,
+            context=types.CodeActionContext(diagnostics=[diagnostic], only=only),
+        )
+    )
 
 
 async def test_open_publishes_the_findings_with_the_rule_link(client: LanguageClient):
@@ -136,9 +146,14 @@ async def test_a_change_is_linted_again(client: LanguageClient):
     uri = await open_file(client, "train.py", TRAIN)
     await diagnostics_for(client, uri)
     del client.diagnostics[uri]
-    client.text_document_did_change(types.DidChangeTextDocumentParams(
-        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
-        content_changes=[types.TextDocumentContentChangeWholeDocument(text=TRAIN.replace("print(loss.item())", "pass"))]))
+    client.text_document_did_change(
+        types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+            content_changes=[
+                types.TextDocumentContentChangeWholeDocument(text=TRAIN.replace("print(loss.item())", "pass"))
+            ],
+        )
+    )
     diagnostics = await diagnostics_for(client, uri)
     assert not by_code(diagnostics, "TL101") and by_code(diagnostics, "TL201")
 
@@ -146,14 +161,17 @@ async def test_a_change_is_linted_again(client: LanguageClient):
 async def test_hover_shows_the_rule_documentation(client: LanguageClient):
     uri = await open_file(client, "train.py", TRAIN.replace("print(loss.item())", "print(loss.item())  # noqa: TL101"))
     await diagnostics_for(client, uri)
-    on_finding = await client.text_document_hover_async(types.HoverParams(
-        types.TextDocumentIdentifier(uri), types.Position(line=7, character=22)))
+    on_finding = await client.text_document_hover_async(
+        types.HoverParams(types.TextDocumentIdentifier(uri), types.Position(line=7, character=22))
+    )
     assert "blocking-host-to-device-copy (TL201)" in on_finding.contents.value
-    on_noqa = await client.text_document_hover_async(types.HoverParams(
-        types.TextDocumentIdentifier(uri), types.Position(line=12, character=40)))
+    on_noqa = await client.text_document_hover_async(
+        types.HoverParams(types.TextDocumentIdentifier(uri), types.Position(line=12, character=40))
+    )
     assert "host-sync-in-loop (TL101)" in on_noqa.contents.value
-    nothing = await client.text_document_hover_async(types.HoverParams(
-        types.TextDocumentIdentifier(uri), types.Position(line=0, character=1)))
+    nothing = await client.text_document_hover_async(
+        types.HoverParams(types.TextDocumentIdentifier(uri), types.Position(line=0, character=1))
+    )
     assert nothing is None
 
 
@@ -166,15 +184,25 @@ async def test_a_notebook_is_linted_cell_by_cell(client: LanguageClient):
     ]
     kinds = [types.NotebookCellKind.Code, types.NotebookCellKind.Markup, types.NotebookCellKind.Code]
     cell_uris = [f"vscode-notebook-cell:{client.project / 'explore.ipynb'}#cell{i}" for i in range(len(cells))]
-    client.notebook_document_did_open(types.DidOpenNotebookDocumentParams(
-        notebook_document=types.NotebookDocument(
-            uri=notebook_uri, notebook_type="jupyter-notebook", version=1,
-            cells=[types.NotebookCell(kind=kind, document=uri) for kind, uri in zip(kinds, cell_uris)]),
-        cell_text_documents=[
-            types.TextDocumentItem(uri=uri, language_id="python" if kind == types.NotebookCellKind.Code else "markdown",
-                                   version=1, text=text)
-            for uri, kind, text in zip(cell_uris, kinds, cells)],
-    ))
+    client.notebook_document_did_open(
+        types.DidOpenNotebookDocumentParams(
+            notebook_document=types.NotebookDocument(
+                uri=notebook_uri,
+                notebook_type="jupyter-notebook",
+                version=1,
+                cells=[types.NotebookCell(kind=kind, document=uri) for kind, uri in zip(kinds, cell_uris)],
+            ),
+            cell_text_documents=[
+                types.TextDocumentItem(
+                    uri=uri,
+                    language_id="python" if kind == types.NotebookCellKind.Code else "markdown",
+                    version=1,
+                    text=text,
+                )
+                for uri, kind, text in zip(cell_uris, kinds, cells)
+            ],
+        )
+    )
     last = await diagnostics_for(client, cell_uris[2])
     first = await diagnostics_for(client, cell_uris[0])
     assert list(first) == []  # the magic is not a syntax error

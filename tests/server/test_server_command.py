@@ -1,4 +1,5 @@
 """`torchlint server` as a command: no torch, and a clear message without its extra."""
+
 import subprocess
 import sys
 import textwrap
@@ -36,7 +37,12 @@ def test_the_server_does_not_import_torch(tmp_path):
 def test_without_the_extra_the_command_says_which_to_install(tmp_path):
     blocker = tmp_path / "pygls.py"
     blocker.write_text("raise ImportError('no pygls here', name='pygls')\n")
-    result = subprocess.run([sys.executable, "-m", "torchlint", "server"], cwd=tmp_path, capture_output=True, text=True,
-                            env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    result = subprocess.run(
+        [sys.executable, "-m", "torchlint", "server"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"},
+    )
     assert result.returncode == 2
     assert "pip install 'torchlint[server]'" in result.stderr

@@ -16,6 +16,7 @@ stopping as soon as the line fits:
 5. the rule's summary, a whole sentence, in place of a site's sentence cut short;
 6. the text cut at a word boundary, with `…`.
 """
+
 from __future__ import annotations
 
 import re
