@@ -34,7 +34,7 @@ TRAIN = textwrap.dedent(
     """
 )
 
-WAIT_S = 30  # an upper bound on events, never a sleep
+WAIT_S = 120  # an upper bound on events (a loaded machine is slow), never a sleep
 
 
 @pytest_lsp.fixture(
