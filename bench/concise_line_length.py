@@ -1,10 +1,9 @@
 """The length of the concise line on a corpus: the whole message (before) and the 100-column line (now).
 
-    python bench/concise_line_length.py CORPUS [--jobs N]
+    python bench/concise_line_length.py CORPUS
 
 Lints each top folder of CORPUS from inside it, as its user would
-(`torchlint --preview --select ALL --output-format json-lines`), rebuilds
-each finding, and prints the median and the max length in characters of
+(`torchlint --preview --select ALL .`, in this process), and prints the median and the max length in characters of
 the concise line two ways: with the whole message (what the concise format
 printed before it was shortened) and as the concise reporter prints it now;
 plus how many lines are over 100 columns each way, and how many lines now
@@ -14,74 +13,41 @@ end in a cut (`…`) or show the rule's summary instead of the site's message.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 from typing import List
 
+from torchlint.discovery import discover
 from torchlint.fixer import is_applicable
 from torchlint.registry import all_rules
 from torchlint.reporters import ReportContext
 from torchlint.reporters.text import concise_line
-from torchlint.rule import Diagnostic, ResolvedEdit, ResolvedFix
+from torchlint.rule import Diagnostic
 
 
-def findings(project: str, jobs: int) -> List[Diagnostic]:
-    command = [
-        sys.executable,
-        "-m",
-        "torchlint",
-        "--preview",
-        "--select",
-        "ALL",
-        "--exit-zero",
-        "--no-cache",
-        "--jobs",
-        str(jobs),
-        "--output-format",
-        "json-lines",
-        ".",
-    ]
-    output = subprocess.run(command, cwd=project, capture_output=True, text=True).stdout
-    found = []
-    for line in output.splitlines():
-        item = json.loads(line)
-        fix = item.get("fix")
-        found.append(
-            Diagnostic(
-                code=item["code"],
-                name=item["name"],
-                message=item["message"],
-                path=item["filename"],
-                row=item["location"]["row"],
-                column=item["location"]["column"],
-                end_row=item["end_location"]["row"],
-                end_column=item["end_location"]["column"],
-                fix=ResolvedFix(
-                    fix["applicability"],
-                    fix["message"],
-                    tuple(
-                        ResolvedEdit(
-                            e["content"],
-                            (e["location"]["row"], e["location"]["column"] - 1),
-                            (e["end_location"]["row"], e["end_location"]["column"] - 1),
-                        )
-                        for e in fix["edits"]
-                    ),
-                )
-                if fix
-                else None,
-            )
-        )
-    return found
+def findings(project: str) -> List[Diagnostic]:
+    """`torchlint --preview --select ALL .` from inside ``project``, in this process
+    (the same files, settings and lint; no worker processes)."""
+    from torchlint.cli import Settings, build_parser
+    from torchlint.runner import Job, run_file
+
+    here = os.getcwd()
+    os.chdir(project)
+    try:
+        settings = Settings(build_parser().parse_args(["--preview", "--select", "ALL"]))
+        files, _ = discover(["."], settings.discovery())
+        found: List[Diagnostic] = []
+        for path in files:
+            found.extend(run_file(Job(path, settings.file_options(path))).diagnostics)
+        return found
+    finally:
+        os.chdir(here)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("corpus")
-    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args()
     before, now, cut, summarised = [], [], 0, 0
     summaries = {code: rule.summary for code, rule in all_rules().items()}
@@ -89,8 +55,9 @@ def main() -> None:
         project = os.path.join(args.corpus, name)
         if not os.path.isdir(project):
             continue
-        ctx = ReportContext(cwd=project)
-        for d in findings(project, args.jobs):
+        ctx = ReportContext(cwd=os.path.abspath(project))
+        print(f"{name} ...", file=sys.stderr, flush=True)
+        for d in findings(project):
             marker = " [*]" if is_applicable(d.fix, unsafe_fixes=False) else ""
             before.append(len(f"{ctx.display_path(d.path)}:{d.row}:{d.column}: {d.code}{marker} {d.message}"))
             line = concise_line(d, ctx)
