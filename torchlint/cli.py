@@ -16,11 +16,13 @@ from typing import Dict, List, Optional, Sequence, TextIO, Tuple
 
 from torchlint import __version__
 from torchlint.cache import CACHE_DIR_ENV, DEFAULT_DIR, ResultCache, clean_command
+from torchlint.color import CHOICES as COLOR_CHOICES
+from torchlint.color import Painter, use_color
 from torchlint.config import OUTPUT_FORMATS, Config, ConfigError, ConfigFinder, apply_table, parse_size, parse_version
 from torchlint.discovery import DiscoveryOptions, discover
 from torchlint.linter import FileOptions, syntax_error
-from torchlint.project import project_facts
 from torchlint.progress import Progress
+from torchlint.project import project_facts
 from torchlint.registry import all_rules
 from torchlint.reporters import MACHINE_FORMATS, ReportContext, printable_path, reporters
 from torchlint.rule import Diagnostic
@@ -80,10 +82,13 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--statistics", action="store_true", help="count findings per rule instead of listing them")
     out.add_argument("--runtime-report", action="append", default=[], metavar="PATH",
                      help="a torchlint-sanitize JSON report: join what the run measured with the findings (repeatable, one per rank)")
+    out.add_argument("-w", "--watch", action="store_true", help="lint again whenever a Python file or a config changes (Ctrl-C stops)")
     out.add_argument("-e", "--exit-zero", action="store_true", help="exit 0 even when findings remain (2 still means an error)")
     out.add_argument("--exit-non-zero-on-fix", action="store_true", help="exit 1 when any file was changed, even if nothing is left")
     out.add_argument("-q", "--quiet", action="store_true", help="print findings only, no summary")
     out.add_argument("-s", "--silent", action="store_true", help="print nothing; only the exit code")
+    out.add_argument("--color", choices=COLOR_CHOICES, default="auto",
+                     help="colour the text formats: auto (on a terminal, unless NO_COLOR is set or FORCE_COLOR is), always, never")
     files = parser.add_argument_group("files and configuration")
     files.add_argument("--config", action="append", default=[], metavar="PATH|KEY=VALUE", help="a config file, or a TOML `key = value` override")
     files.add_argument("--isolated", action="store_true", help="ignore every configuration file")
@@ -273,7 +278,25 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return clean_command(argv[1:])
     if argv and argv[0] == "check":
         argv = argv[1:]
+    if argv and argv[0] == "server":
+        try:
+            from torchlint.server import main as server_main
+        except ImportError as exc:
+            if exc.name not in ("pygls", "lsprotocol") and not str(exc.name).startswith(("pygls.", "lsprotocol.")):
+                raise
+            print("torchlint: error: `torchlint server` needs the server extra: pip install 'torchlint[server]'", file=sys.stderr)
+            return 2
+        return server_main(argv[1:])
     args = build_parser().parse_args(argv)
+    try:
+        if args.watch:
+            return _watch(args)
+        return _check_reporting_errors(args)
+    except KeyboardInterrupt:
+        return 130
+
+
+def _check_reporting_errors(args: argparse.Namespace) -> int:
     try:
         return _check(args)
     except (ConfigError, SelectorError, UsageError, ValueError) as exc:
@@ -303,6 +326,22 @@ def _silence_stdout() -> None:
         os.close(devnull)
     except (OSError, ValueError, AttributeError):  # pragma: no cover - stdout is not a real file
         pass
+
+
+def _watch(args: argparse.Namespace) -> int:
+    from torchlint.watch import watch
+
+    paths = args.paths or ["."]
+    if "-" in paths or _mode(args) != CHECK:
+        print("torchlint: error: --watch lints files: it cannot read stdin or be combined with --fix, --diff or --add-noqa",
+              file=sys.stderr)
+        return 2
+    missing = [path for path in paths if not os.path.exists(path)]
+    if missing:
+        print(f"torchlint: error: {missing[0]}: no such file or directory to watch", file=sys.stderr)
+        return 2
+    # A config broken mid-edit is reported, and the watch goes on.
+    return watch(lambda: _check_reporting_errors(args), paths)
 
 
 def _mode(args: argparse.Namespace) -> str:
@@ -476,6 +515,8 @@ def _finish(args: argparse.Namespace, results: List[FileResult], mode: str, unsa
         diagnostics = runtime_join.sort_measured_first(diagnostics, ctx.runtime)
     handle = report_to
     out: TextIO = handle if handle is not None else stream
+    if output_format not in MACHINE_FORMATS:
+        ctx.paint = Painter(use_color(args.color, out))
     try:
         if not args.silent:
             _report(args, results, diagnostics, ctx, out, mode, unsafe, output_format, fixed_total)

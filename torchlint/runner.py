@@ -9,8 +9,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
-import libcst as cst
-
 from torchlint import crossfile, notebook
 from torchlint import source as sources
 from torchlint.fixer import fix_text, is_applicable
@@ -261,6 +259,19 @@ _NOQA_CODES = re.compile(r"#\s*noqa:\s?(?P<codes>[A-Z]+[0-9]+(?:(?:\s*,\s*|\s+)[
 _BARE_NOQA = re.compile(r"#\s*noqa(?!:)", re.IGNORECASE)
 
 
+def with_noqa(body: str, codes: Iterable[str], reason: Optional[str] = None) -> Optional[str]:
+    """The line ``body`` (without its line ending) with ``# noqa: CODES`` added or
+    merged into its noqa comment; None when a bare ``# noqa`` covers it already."""
+    if _BARE_NOQA.search(body):
+        return None
+    existing = _NOQA_CODES.search(body)
+    if existing:
+        merged = sorted(set(re.split(r"[\s,]+", existing.group("codes").upper())) | set(codes))
+        return body[: existing.start()] + "# noqa: " + ", ".join(merged) + body[existing.end():]
+    suffix = f" {reason}" if reason else ""
+    return f"{body}  # noqa: {', '.join(sorted(codes))}{suffix}"
+
+
 def add_noqa(text: str, diagnostics: Iterable[Diagnostic], reason: Optional[str]) -> Tuple[str, int, Optional[str]]:
     """Append ``# noqa: CODE`` to each failing line (merging existing codes)."""
     by_row: Dict[int, set] = {}
@@ -272,17 +283,10 @@ def add_noqa(text: str, diagnostics: Iterable[Diagnostic], reason: Optional[str]
     for row, codes in sorted(by_row.items()):
         line = lines[row - 1]
         body = line.rstrip("\r\n")
-        ending = line[len(body):]
-        if _BARE_NOQA.search(body):
+        new_body = with_noqa(body, codes, reason)
+        if new_body is None:
             continue
-        existing = _NOQA_CODES.search(body)
-        if existing:
-            merged = sorted(set(re.split(r"[\s,]+", existing.group("codes").upper())) | codes)
-            body = body[: existing.start()] + "# noqa: " + ", ".join(merged) + body[existing.end():]
-        else:
-            suffix = f" {reason}" if reason else ""
-            body = f"{body}  # noqa: {', '.join(sorted(codes))}{suffix}"
-        lines[row - 1] = body + ending
+        lines[row - 1] = new_body + line[len(body):]
         added += len(codes)
     new_text = "".join(lines)
     if added and why_unparsable(new_text) is not None:

@@ -10,6 +10,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, TextIO
 
+from torchlint.color import PLAIN, Painter
 from torchlint.rule import Diagnostic, ResolvedEvidence
 from torchlint.source import split_lines
 
@@ -20,6 +21,7 @@ class ReportContext:
     unsafe_fixes: bool = False
     texts: Dict[str, str] = field(default_factory=dict)  # path -> source, for excerpts
     runtime: Optional[Any] = None  # a runtime_join.RuntimeJoin with --runtime-report
+    paint: Painter = PLAIN  # ANSI colour for the text formats (torchlint.color)
 
     def measured(self, d: Diagnostic) -> Optional[Dict[str, Any]]:
         """What the run measured at this finding (None: not measured, or no runtime report)."""
