@@ -84,13 +84,22 @@ def test_output_is_plain_when_not_a_terminal_and_coloured_when_forced(project, c
 def test_concise_lines_fit_in_100_columns_and_full_keeps_the_detail(project, capsys):
     _, concise = lint(capsys)
     findings = [line for line in concise.splitlines() if ": TL" in line]
-    assert len(findings) >= 4
+    assert len(findings) >= 3
     assert all(len(line) <= LINE_WIDTH for line in findings), [line for line in findings if len(line) > LINE_WIDTH]
     assert any(line.endswith("…") or len(line) < LINE_WIDTH for line in findings)
     _, full = lint(capsys, "--output-format", "full")
     assert "  help: " in full and "  note: " in full
     long_messages = [line for line in full.splitlines() if ": TL" in line and len(line) > LINE_WIDTH]
     assert long_messages  # the whole message is kept for full
+
+
+def test_an_error_keeps_its_whole_reason_on_the_concise_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "broken.py").write_text("def f(:\n" + "    pass\n")
+    (tmp_path / "n.ipynb").write_text("{ not json")
+    _, out = lint(capsys)
+    assert "n.ipynb:1:1: TL000 not a notebook: invalid JSON" in out
+    assert any(line.startswith("broken.py:") and "TL000" in line and not line.endswith("…") for line in out.splitlines())
 
 
 def test_a_short_message_is_kept_whole():

@@ -27,7 +27,8 @@ SARIF_SCHEMA = json.loads((REPO / "tests" / "data" / "sarif-schema-2.1.0.json").
 # 4 the loop (%%time, an indented %time), 5 %%bash, 6 evaluation (x = !ls, model?, a noqa'd .item()).
 LOADER_UNPINNED = "train.ipynb:cell 3:3:10: TL202"  # the loader is in cell 3, its batches copied in cell 4
 ITEM_PER_STEP = "train.ipynb:cell 4:10:19: TL101"
-# The edits --fix makes (pin_memory on the loader, non_blocking copies) as lines of the JSON text.
+# The edits --fix --unsafe-fixes makes (pin_memory on the loader, an unsafe fix: the dataset may return CUDA
+# tensors; non_blocking copies) as lines of the JSON text.
 FIXED_JSON_LINES = {
     '    "loader = DataLoader(dataset, batch_size=64, shuffle=True, pin_memory=True)\\n",',
     '    "    x = x.to(device, non_blocking=True)\\n",',
@@ -148,7 +149,7 @@ def _changed_lines(before: str, after: str):
 @pytest.mark.parametrize("name, indent", [("train.ipynb", "    "), ("train_indent2.ipynb", "        ")])
 def test_fix_changes_only_the_edited_source_lines(notebooks, capsys, name, indent):
     before = (notebooks / name).read_bytes()
-    code, out, err = run_cli(capsys, "--fix", name)
+    code, out, err = run_cli(capsys, "--fix", "--unsafe-fixes", name)
     after = (notebooks / name).read_bytes()
     assert "fixed" in out and not err
     removed, added = _changed_lines(before.decode(), after.decode())
@@ -163,13 +164,13 @@ def test_fix_changes_only_the_edited_source_lines(notebooks, capsys, name, inden
         assert {k: v for k, v in old_cell.items() if k != "source"} == {k: v for k, v in new_cell.items() if k != "source"}
     assert new["cells"][3]["source"][0] == "%%time\n" and "    %time pass\n" in new["cells"][3]["source"]
     # Fixed: a second run changes nothing.
-    run_cli(capsys, "--fix", name)
+    run_cli(capsys, "--fix", "--unsafe-fixes", name)
     assert (notebooks / name).read_bytes() == after
 
 
 def test_diff_is_per_cell_and_writes_nothing(notebooks, capsys):
     before = (notebooks / "train.ipynb").read_bytes()
-    code, out, _ = run_cli(capsys, "--diff", "train.ipynb")
+    code, out, _ = run_cli(capsys, "--diff", "--unsafe-fixes", "train.ipynb")
     assert code == 1
     assert (notebooks / "train.ipynb").read_bytes() == before
     assert "--- a/train.ipynb:cell 3\n+++ b/train.ipynb:cell 3\n" in out
@@ -201,7 +202,7 @@ def test_a_broken_notebook_is_one_error_and_the_others_are_linted(notebooks, cap
 
 def test_a_broken_notebook_is_left_alone_by_fix(notebooks, capsys):
     before = (notebooks / "broken_json.ipynb").read_bytes()
-    run_cli(capsys, "--fix", "broken_json.ipynb")
+    run_cli(capsys, "--fix", "--unsafe-fixes", "broken_json.ipynb")
     assert (notebooks / "broken_json.ipynb").read_bytes() == before
 
 
@@ -246,10 +247,11 @@ def test_cells_of_another_language_are_left_out():
 
 
 def test_nbformat_3_notebooks_are_linted():
-    cell = {"cell_type": "code", "input": ["import torch\n", "x = torch.ones(3).cuda()\n"], "language": "python",
+    cell = {"cell_type": "code", "input": ["import torch\n", "device = 'cuda' if torch.cuda.is_available() else 'cpu'\n",
+                                          "x = torch.ones(3).cuda()\n"], "language": "python",
             "metadata": {}, "outputs": []}
     text = json.dumps({"metadata": {}, "nbformat": 3, "nbformat_minor": 0,
                        "worksheets": [{"cells": [{"cell_type": "markdown", "metadata": {}, "source": ["# v3"]}, cell],
                                        "metadata": {}}]})
     output = lint_notebook(text, "old.ipynb", FileOptions(rules=[all_rules()["TL501"]]))
-    assert [(d.code, d.cell, d.row) for d in output.diagnostics] == [("TL501", 2, 2)]
+    assert [(d.code, d.cell, d.row) for d in output.diagnostics] == [("TL501", 2, 3)]

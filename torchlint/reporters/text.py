@@ -34,7 +34,9 @@ def concise_line(d: Diagnostic, ctx: ReportContext) -> str:
     """The finding in one line of at most 100 columns (unless its path alone is too long)."""
     suffix = ctx.measured_suffix(d)
     rule = all_rules().get(d.code)
-    message = shorten(d.message, LINE_WIDTH - len(_heading(d, ctx)) - len(suffix), rule.summary if rule else "")
+    if rule is None or d.code == "TL000":  # an error's reason is its message: never cut
+        return f"{_painted_heading(d, ctx)}{d.message}{suffix}"
+    message = shorten(d.message, LINE_WIDTH - len(_heading(d, ctx)) - len(suffix), rule.summary)
     return f"{_painted_heading(d, ctx)}{message}{suffix}"
 
 
