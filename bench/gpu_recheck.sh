@@ -16,5 +16,5 @@ python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.versio
 python3 -m torchlint.sanitizer --build-tap 2>&1 | tail -1
 # Outside the source tree, so the installed package (rules/ and sanitizer/ inside torchlint) is the one imported.
 (cd /tmp && timeout "$test_seconds" python3 -m pytest -p no:cacheprovider -q -rs -n 0 "${@/#/$repo/}") 2>&1 | tee "$out/gpu-tests.log" | tail -25
-timeout 600 python3 bench/real_scripts/run.py --corpus "$corpus" --out "$out/real" --only "$recipes" 2>&1 | tail -60
+timeout "${REAL_SECONDS:-600}" python3 bench/real_scripts/run.py --corpus "$corpus" --out "$out/real" --only "$recipes" 2>&1 | tail -60
 tar czf "$out/real.tgz" -C "$out" real && rm -rf "$out/real"
