@@ -113,9 +113,11 @@ A Finding (``Finding.to_json()``)::
      "runs": int,                        # executions of the line that synced (one call = one run)
      "repeated": bool,                   # true for the per-step, per-eval-batch and per-iteration
                                          # cadences; false: info, rule null (periodic ones say so)
-     "no_stall": "idle-on-arrival" | "host-needs-value" | "backward-symptom" | absent,
+     "no_stall": "host-needs-value" | "backward-symptom" | absent,
                                          # a repeated site that costs nothing: info, rule null
                                          # (sync/verdicts.py says why)
+     "idle-on-arrival": {"idle": int, "asked": int} | absent,  # the stream was idle when nearly every
+                                         # asked read arrived: said beside a finding that stays one
      "caused_by": ["file:line", ...] | absent,   # a backward-symptom: the forward op(s) to change
      "backward_site": "file:line" | absent,      # a data-dependent-shape op whose backward syncs there
      "tensor": {"shape": [...], "dtype": str, "device": str}}   # when a wrapper saw it

@@ -48,11 +48,6 @@ their finding is ``info`` with no rule code, keeps its cadence and names why
 in ``details["no_stall"]`` (``findings.is_no_stall``), so summaries leave it
 out and ``--gpu-sanitize-fail-on`` never fails on it:
 
-- ``idle-on-arrival``: a stream query made just before the read found the
-  GPU already idle for (nearly) every measured read: an earlier read or an
-  explicit ``torch.cuda.synchronize()`` had drained the queue, so the host
-  waited for nothing (``IDLE_SHARE``). Not for a host tensor moved every
-  step (``host-slice``, ``host-built``): moving it once saves the transfer.
 - ``host-needs-value``: with autograd off, the line reads back a value it
   has just chosen on the device (``torch.multinomial(p, 1).item()``, an
   argmax'd token): a sampling or decoding loop needs it on the host to pick
@@ -205,15 +200,28 @@ def _place(finding: Finding) -> str:
     return f"{_frames.short_path(finding.file or '<unknown>')}:{finding.line}"
 
 
+def _idle_on_arrival(site: SiteRecord, steps: StepCount, cadence: Cadence) -> Optional[Tuple[int, int]]:
+    """(idle, asked) when a stream query just before the read found the GPU
+    already idle for (nearly) every measured read (``IDLE_SHARE``), else None.
+
+    Said beside the finding, not instead of it: the GPU may be idle because an
+    earlier read drained the queue (the read is then free), or only because the
+    steps of this run are too small to keep it busy (launch-bound: the read
+    waits as soon as a step has real work). The run cannot tell the two apart,
+    so the site stays a finding with its rule, and its measured stall ranks it.
+    Not for a host tensor moved every step (``host-slice``, ``host-built``):
+    moving it once saves the transfer either way."""
+    if not cadence.repeated or site.kind in _MOVE_ONCE_KINDS:
+        return None
+    queried = sum(n for step, n in (site.queried or {}).items() if steps.is_measured(step))
+    idle = sum(n for step, n in (site.idle_arrivals or {}).items() if steps.is_measured(step))
+    return (idle, queried) if queried and idle >= IDLE_SHARE * queried else None
+
+
 def _no_stall(site: SiteRecord, steps: StepCount, cadence: Cadence) -> Optional[Tuple[str, str]]:
     """Why a repeated site costs nothing worth a change, with the sentence that says so; None when it costs."""
     if not cadence.repeated:
         return None
-    queried = sum(n for step, n in (site.queried or {}).items() if steps.is_measured(step))
-    idle = sum(n for step, n in (site.idle_arrivals or {}).items() if steps.is_measured(step))
-    if queried and idle >= IDLE_SHARE * queried and site.kind not in _MOVE_ONCE_KINDS:
-        return IDLE_ON_ARRIVAL, (f"no stall: the GPU was already idle when it arrived ({idle} of {queried} "
-                                 f"times), an earlier sync had drained the queue, so the host waited for nothing")
     integer = site.tensor is None or "int" in str(site.tensor.get("dtype", "int"))
     if (site.host_choice and site.kind in _READ_KINDS and integer
             and site.runs and site.no_grad_runs == site.runs):
@@ -265,6 +273,11 @@ def _site_finding(site: SiteRecord, steps: StepCount, min_count: int, test_id: O
     if not cadence.repeated:
         rule = None
     message = _message(cadence, label, count, site.runs, steps, details)
+    idle = _idle_on_arrival(site, steps, cadence)
+    if idle is not None:
+        details[IDLE_ON_ARRIVAL] = {"idle": idle[0], "asked": idle[1]}
+        message += (f"; the GPU was already idle when it arrived ({idle[0]} of {idle[1]} reads asked): "
+                    f"no wait measured in this run, but a step with more GPU work would wait here")
     no_stall = _no_stall(site, steps, cadence)
     if no_stall is not None:
         reason, sentence = no_stall
