@@ -144,7 +144,8 @@ def _notebook_excerpt(path: Path, finding: dict) -> Tuple[str, str]:
     import nbformat
 
     notebook = nbformat.read(str(path), as_version=4)
-    cells = [(index, cell.source.splitlines()) for index, cell in enumerate(notebook.cells) if cell.cell_type == "code"]
+    # Cells are numbered as the linter numbers them: from 1, markdown cells included.
+    cells = [(index, cell.source.splitlines()) for index, cell in enumerate(notebook.cells, start=1) if cell.cell_type == "code"]
     if not cells:
         raise ValueError("the notebook has no code cell")
     if finding.get("cell") is not None:  # the linter's row is within this cell

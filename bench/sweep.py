@@ -13,10 +13,15 @@ originals are never touched. Then, all rules on (`--select ALL --isolated`):
 2. `--fix --unsafe-fixes`: fixes applied (from `--show-fixes`), files changed;
 3. files broken by fixes: changed files that compiled before and do not now;
 4. idempotency: a second `--fix --unsafe-fixes` must change no file;
-5. files the fixer refused (a fix that would not parse), from stderr.
+5. files the fixer refused (a fix that would not parse), from stderr;
+6. one run, one answer: the lint's JSON with `--jobs 1` and with `--jobs N`,
+   from a cold and from a warm cache, and with the files named in reverse
+   order, must be identical; so must the trees (and the `--show-fixes`
+   reports) that `--fix --unsafe-fixes` leaves with `--jobs 1` and
+   `--jobs N`, each on its own copy.
 
-Prints one table; exits 1 if anything was broken, not idempotent, or an
-internal error happened.
+Prints one table; exits 1 if anything was broken, not idempotent, differed
+between runs, or an internal error happened.
 """
 from __future__ import annotations
 
@@ -87,6 +92,9 @@ def main() -> int:
     files = copy_tree(args.directories, work)
     jobs = ["--jobs", args.jobs]
     compiled_before = {path: compiles(path) for path in files}
+    twin = work.rstrip("/") + "-jobs1"  # the same tree, fixed with --jobs 1
+    shutil.copytree(work, twin)
+    differing = one_answer(work, jobs)
 
     started = time.perf_counter()
     lint = run(BASE + jobs + ["--output-format", "json", "."], work)
@@ -109,6 +117,11 @@ def main() -> int:
     again = run(BASE + jobs + ["--fix", "--unsafe-fixes", "."], work)
     final = digest(files)
     not_idempotent = [p for p in files if after[p] != final[p]]
+    serial = run(BASE + ["--jobs", "1", "--fix", "--unsafe-fixes", "--show-fixes", "."], twin)
+    if serial.stdout != fix.stdout:
+        differing.append("--fix --show-fixes report: --jobs 1 against --jobs " + args.jobs)
+    twin_digest = {os.path.relpath(p, twin): h for p, h in digest([os.path.join(twin, os.path.relpath(p, work)) for p in files]).items()}
+    differing += [f"fixed tree, --jobs 1 against --jobs {args.jobs}: {os.path.relpath(p, work)}" for p in files if after[p] != twin_digest[os.path.relpath(p, work)]]
     internal += re.findall(r"^torchlint: error: (.*?): internal error", fix.stderr + again.stderr, re.MULTILINE)
 
     rows = [
@@ -122,6 +135,7 @@ def main() -> int:
         ("files broken by fixes (compile)", len(broken)),
         ("files changed by a second --fix", len(not_idempotent)),
         ("files whose fixes were refused", len(refused)),
+        ("runs that differed (jobs, cache, order)", len(differing)),
         ("lint wall time, s", f"{lint_s:.1f}"),
         ("fix wall time, s", f"{fix_s:.1f}"),
     ]
@@ -129,12 +143,31 @@ def main() -> int:
     print(f"sweep of {', '.join(args.directories)} (copied to {work}), --jobs {args.jobs}")
     for name, value in rows:
         print(f"{name:<{width}}  {value}")
-    for label, paths in (("internal error", internal), ("broken", broken), ("not idempotent", not_idempotent), ("refused", refused), ("TL000 on valid code", tl000_valid)):
+    for label, paths in (("differed", differing), ("internal error", internal), ("broken", broken), ("not idempotent", not_idempotent), ("refused", refused), ("TL000 on valid code", tl000_valid)):
         for path in paths[:20]:
             print(f"  {label}: {path}")
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
-    return 1 if internal or broken or not_idempotent else 0
+    shutil.rmtree(twin, ignore_errors=True)
+    return 1 if internal or broken or not_idempotent or differing else 0
+
+
+def one_answer(work: str, jobs: List[str]) -> List[str]:
+    """Lint JSON that must not depend on --jobs, the cache or the file order."""
+    cache = tempfile.mkdtemp(prefix="torchlint-sweep-cache-")
+    as_json = ["--output-format", "json"]
+    try:
+        reference = run(BASE + ["--jobs", "1", "--no-cache"] + as_json + ["."], work).stdout
+        listed = run(BASE + ["--show-files", "."], work).stdout.split()
+        runs = {
+            "--jobs N, no cache": run(BASE + jobs + ["--no-cache"] + as_json + ["."], work).stdout,
+            "cold cache": run(BASE + jobs + ["--cache-dir", cache] + as_json + ["."], work).stdout,
+            "warm cache": run(BASE + jobs + ["--cache-dir", cache] + as_json + ["."], work).stdout,
+            "files named in reverse order": run(BASE + jobs + ["--no-cache"] + as_json + listed[::-1], work).stdout,
+        }
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+    return [f"lint JSON: {label} against --jobs 1" for label, output in runs.items() if output != reference]
 
 
 if __name__ == "__main__":

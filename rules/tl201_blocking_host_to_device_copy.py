@@ -14,8 +14,9 @@ from torchlint.model import (
     keyword,
     last_name,
     mentions_cuda_availability,
+    uses_default_collate,
 )
-from torchlint.rule import SAFE, UNSAFE, Invalid, Option, Rule, Valid
+from torchlint.rule import DISPLAY_ONLY, SAFE, UNSAFE, Invalid, Option, Rule, Valid
 
 # A name that holds a device: `device`, `args.device`, `self.dev`, `local_rank`, `x.device`.
 _DEVICE_NAME = re.compile(r"(?i)(^|_)(device|dev|gpu|cuda|rank|local_rank|gpu_id|device_id)s?$|^device")
@@ -84,11 +85,20 @@ class BlockingHostToDeviceCopy(Rule):
 
     ## Fix safety
     The fix adds `non_blocking=True`. It is safe when the source is visibly
-    pinned: the copy is ordered on the current CUDA stream before every
-    kernel that uses its result, so results do not change. It is unsafe when
-    pinning is only assumed (`assume-pinned`): the copy is then still
-    synchronous for pageable memory, and code that hands the batch to another
-    stream, or writes into the host tensor after the copy, needs care.
+    pinned and its batches are torch tensors (a loader without a
+    `collate_fn`, or a `.pin_memory()` tensor): the copy is ordered on the
+    current CUDA stream before every kernel that uses its result, so results
+    do not change. It is unsafe when pinning is only assumed
+    (`assume-pinned`): the copy is then still synchronous for pageable
+    memory, and code that hands the batch to another stream needs care.
+
+    No fix is offered where adding the keyword can change what the program
+    does: when the batch may be an object of the project's own class (a
+    loader with a `collate_fn`, or one not visible), whose `to()` may not
+    take `non_blocking` (`def to(self, device)`: TypeError), when the file
+    defines such a `to`/`cuda` method, and when the function writes into the
+    host tensor in place (`x.mul_(0)`, `x[...] = v`, `x += 1`): a
+    non-blocking copy may still be reading it, and would send the new values.
 
     The rule never adds `non_blocking=True` to a copy **to the CPU**: a
     non-blocking device-to-host copy returns before the data has arrived, and
@@ -283,6 +293,16 @@ class BlockingHostToDeviceCopy(Rule):
                 x = batch["image"].to(device, torch.float16, non_blocking=True)
             """,
         ),
+        # A `collate_fn` may make batches of the project's own class, whose
+        # `to()` may not take `non_blocking`: no fix.
+        Invalid(
+            """
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, pin_memory=True, collate_fn=collate)
+            for samples, targets in loader:
+                samples = samples.to(device)
+            """,
+        ),
         # A tensor that was `.pin_memory()`'d.
         Invalid(
             """
@@ -364,10 +384,37 @@ class BlockingHostToDeviceCopy(Rule):
     def __init__(self, ctx, options) -> None:
         super().__init__(ctx, options)
         self.candidates: List[Tuple[Site, cst.Call, Origin]] = []
+        # (function node, dotted name) written in place: ``x.mul_(0)``, ``x[i] = v``, ``x += 1``
+        self.written_in_place: set = set()
+        # the file defines a ``to``/``cuda`` method that does not take ``non_blocking``
+        self.own_to_without_non_blocking = False
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        if node.name.value in ("to", "cuda") and self.ctx.class_names:
+            params = node.params
+            names = {p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)}
+            if "non_blocking" not in names and not isinstance(params.star_kwarg, cst.Param):
+                self.own_to_without_non_blocking = True
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self._written(node.target)
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            if isinstance(target.target, cst.Subscript):
+                self._written(target.target.value)
+
+    def _written(self, expr: cst.BaseExpression) -> None:
+        name = dotted_name(expr)
+        if name is not None:
+            scope = self.ctx.function.node if self.ctx.function is not None else None
+            self.written_in_place.add((id(scope), name))
 
     # -- the copies ---------------------------------------------------------------
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value.endswith("_") and not func.attr.value.startswith("_"):
+            self._written(func.value)  # an in-place tensor method
         if not isinstance(func, cst.Attribute) or func.attr.value not in ("to", "cuda"):
             return
         if not self._copies_to_device(node):
@@ -448,8 +495,44 @@ class BlockingHostToDeviceCopy(Rule):
                 applicability = UNSAFE
             else:
                 continue
+            if not self._keyword_cannot_change_behaviour(site, call, origin, assumed=applicability == UNSAFE):
+                applicability = DISPLAY_ONLY
             fix = self.ctx.fix(applicability, "Add `non_blocking=True`", _add_non_blocking(self.ctx, call))
             self.report(call, message, fix)
+
+    def _keyword_cannot_change_behaviour(self, site: Site, call: cst.Call, origin: Origin, assumed: bool) -> bool:
+        """What `non_blocking=True` needs to be a pure speed-up: a torch tensor
+        whose host memory nothing writes while the copy may still read it."""
+        if self.own_to_without_non_blocking:
+            return False
+        receiver = call.func.value  # type: ignore[attr-defined]
+        name = dotted_name(receiver)
+        scope = id(site.function.node) if site.function is not None else id(None)
+        if name is not None and any(where == scope and written == name for where, written in self.written_in_place):
+            return False
+        if origin.kind == "pinned":
+            return True
+        loader = self.ctx.facts.loader_for(origin.source, origin.function) if origin.source is not None else None
+        if loader is None:
+            return assumed  # `assume-pinned`: the user vouches for the batches; the fix is unsafe anyway
+        if loader.call is None:
+            return loader.default_collate
+        return uses_default_collate(loader.call) or self._kwargs_without_collate(loader)
+
+    def _kwargs_without_collate(self, loader: LoaderInfo) -> bool:
+        """``DataLoader(ds, **kwargs)`` whose dicts are built in view and never get a ``collate_fn``."""
+        call = loader.call
+        if any(arg.keyword is not None and arg.keyword.value == "collate_fn" for arg in call.args):
+            return False
+        if len([arg for arg in call.args if arg.keyword is None and not arg.star]) > 6 or any(arg.star == "*" for arg in call.args):
+            return False
+        scope = id(loader.function.node) if loader.function is not None else 0
+        for starred in (arg for arg in call.args if arg.star == "**"):
+            name = dotted_name(starred.value)
+            entries = self.ctx.facts.dicts.get((scope, name)) or self.ctx.facts.dicts.get((0, name)) if name else None
+            if entries is None or "collate_fn" in entries:
+                return False
+        return True
 
     def _pinned(self, origin: Origin) -> Tuple[Optional[bool], str]:
         if origin.kind == "pinned":

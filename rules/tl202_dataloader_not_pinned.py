@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from torchlint.model import LoaderInfo, keyword
-from torchlint.rule import SAFE, UNSAFE, Invalid, Rule, Valid
+from torchlint.rule import UNSAFE, Invalid, Rule, Valid
 
 
 class DataloaderNotPinned(Rule):
@@ -57,11 +57,14 @@ class DataloaderNotPinned(Rule):
     ```
 
     ## Fix safety
-    Adding `pin_memory=True` where the keyword is missing is safe: it changes
-    where the batches live on the host, not their values. Replacing an
-    explicit `pin_memory=False` is unsafe, because the author chose it
+    Adding `pin_memory=True` is unsafe: it changes where the batches live on
+    the host, not their values, but pinning raises "cannot pin
+    'torch.cuda.FloatTensor'" when the dataset already returns CUDA tensors,
+    and what a dataset returns is not visible to a linter. Replacing an
+    explicit `pin_memory=False` is unsafe too, because the author chose it
     (perhaps to save page-locked memory). A `False` inside a `**kwargs` dict
-    is reported without a fix.
+    is reported without a fix, and so is a `DataLoader` that is not torch's
+    (a class of the project with that name may not take `pin_memory`).
 
     ## References
     - [CUDA semantics: use pinned memory buffers](https://pytorch.org/docs/stable/notes/cuda.html#use-pinned-memory-buffers)
@@ -179,6 +182,7 @@ class DataloaderNotPinned(Rule):
             for x, y in loader:
                 x, y = x.to(device), y.to(device)
             """,
+            unsafe_fixes=True,
             line=2,
             message="pin_memory",
         ),
@@ -235,6 +239,7 @@ class DataloaderNotPinned(Rule):
                 batch = {k: v.to(device) for k, v in batch.items()}
                 input_ids = batch["input_ids"].to(device)
             """,
+            unsafe_fixes=True,
         ),
         # next(iter(loader)).
         Invalid(
@@ -254,6 +259,7 @@ class DataloaderNotPinned(Rule):
                 x, y = next(it)
                 x = x.to("cuda")
             """,
+            unsafe_fixes=True,
         ),
         # The loader is built in main() and iterated in a function that receives it.
         Invalid(
@@ -283,6 +289,7 @@ class DataloaderNotPinned(Rule):
                                           shuffle=True, pin_memory=True)
                 train(model, train_loader, "cuda")
             """,
+            unsafe_fixes=True,
             line=9,
         ),
         # Two loaders, one pinned and one not: only the unpinned one that is copied.
@@ -305,6 +312,7 @@ class DataloaderNotPinned(Rule):
             for x, y in val_loader:
                 x = x.to(device)
             """,
+            unsafe_fixes=True,
             line=3,
         ),
     ]
@@ -345,7 +353,9 @@ class DataloaderNotPinned(Rule):
             " (`pin_memory=True`), so every copy is a blocking copy from pageable memory"
         )
         fix = None
-        if arg is not None:
+        if not (self.ctx.qualified_name(call.func) or "").startswith("torch."):
+            pass  # a project's own DataLoader class: its constructor may not take the keyword
+        elif arg is not None:
             fix = self.ctx.fix(UNSAFE, "Set `pin_memory=True`", self.ctx.replace(arg.value, "True"))
         elif not any(a.star == "**" for a in call.args):
             if call.args:
@@ -353,5 +363,5 @@ class DataloaderNotPinned(Rule):
                 edit = self.ctx.replace(last.value, f"{self.ctx.code_for(last.value)}, pin_memory=True")
             else:
                 edit = self.ctx.replace(call, f"{self.ctx.code_for(call.func)}(pin_memory=True)")
-            fix = self.ctx.fix(SAFE, "Add `pin_memory=True`", edit)
+            fix = self.ctx.fix(UNSAFE, "Add `pin_memory=True`", edit)
         self.report(call, message, fix)

@@ -15,6 +15,9 @@ _DETERMINISTIC = frozenset(
         "empty_strided scalar_tensor tril_indices triu_indices"
     ).split()
 )
+# Factories that compute their values: on the device, floating-point results can differ from the CPU's.
+_COMPUTED = frozenset("torch." + name for name in "arange range".split())
+_FLOATING = frozenset("torch." + name for name in "linspace logspace".split())  # always floating-point
 # Random factories: the device's generator draws different numbers than the CPU's.
 _RANDOM = frozenset("torch." + name for name in "rand randn randint randperm".split())
 # The ``*_like`` factories are not listed: they allocate on their input's
@@ -68,8 +71,14 @@ class CpuTensorThenMove(Rule):
 
     ## Fix safety
     The fix moves the device into the factory call. It is safe for the
-    deterministic factories: the result has the same values, dtype and
-    device. It is unsafe for random factories, whose values come from the
+    factories whose values do not depend on where they are computed
+    (`zeros`, `ones`, `empty`, `full`, `eye`, and `arange`/`range` over
+    evident integers, such as literals, `len(x)` or `x.size(1)`, without a
+    `dtype=`): the result has the same values,
+    dtype and device. It is unsafe for `arange`/`range` over anything else
+    and for `linspace`/`logspace`, which compute floating-point values on
+    the device: `torch.arange(0, 1, 0.1, device="cuda")` differs from the
+    CPU's result in the last bits. It is unsafe for random factories, whose values come from the
     device's generator instead of the CPU's (seeded runs draw different
     numbers), and for factories with `requires_grad=True`, where the result
     becomes a leaf tensor (with its own `.grad`) instead of a copy. When the
@@ -177,6 +186,7 @@ class CpuTensorThenMove(Rule):
             for batch in loader:
                 positions = torch.arange(seq_len, device=device)
             """,
+            unsafe_fixes=True,  # `seq_len` may be a float: arange's values would be computed on the device
             message="`torch.arange(...)`",
         ),
         Invalid(
@@ -236,6 +246,7 @@ class CpuTensorThenMove(Rule):
             for batch in loader:
                 ids = torch.arange(n, device=x.device)
             """,
+            unsafe_fixes=True,
         ),
         # Random factory: unsafe fix only.
         Invalid(
@@ -343,7 +354,14 @@ class CpuTensorThenMove(Rule):
         fix = None
         device = self._device_argument(node) if func.attr.value != "type" else None
         if device is not None:
-            unsafe = random or (requires_grad is not None and not (isinstance(requires_grad.value, cst.Name) and requires_grad.value.value == "False"))
+            unsafe = (
+                random
+                or (requires_grad is not None and not (isinstance(requires_grad.value, cst.Name) and requires_grad.value.value == "False"))
+                or qname in _FLOATING
+                or (qname in _COMPUTED and not _integer_literals_only(factory))
+            )
+            if self._inside_fstring_quoted('"'):
+                device = _requoted(device)  # before Python 3.12, an f-string cannot hold its own quote
             new_arg = cst.Arg(
                 keyword=cst.Name("device"),
                 value=device,
@@ -371,6 +389,9 @@ class CpuTensorThenMove(Rule):
                 text = f"runs once per batch: {loop.line_hint}" if helper is None else f"`{helper.name}()` runs once per batch: {loop.line_hint}"
                 self.report(node, message, fix, evidence=[Evidence(text, node=per_batch_anchor(loop, helper))])
 
+    def _inside_fstring_quoted(self, quote: str) -> bool:
+        return any(isinstance(node, cst.FormattedString) and quote in node.start for node in self.ctx.ancestry())
+
     def _device_argument(self, call: cst.Call) -> Optional[cst.BaseExpression]:
         """The device of a ``.to(device[, non_blocking=…])``/``.cuda([device])`` call
         with no other effect, else None (no fix)."""
@@ -385,6 +406,42 @@ class CpuTensorThenMove(Rule):
         if len(others) == 1 and not others[0].star and (others[0].keyword is None or others[0].keyword.value == "device"):
             return others[0].value
         return None
+
+
+def _integer_literals_only(factory: cst.Call) -> bool:
+    """``torch.arange(0, 10, 2)``, ``torch.arange(x.size(1))``: integer values, exact on any device."""
+    for arg in factory.args:
+        if arg.keyword is not None and arg.keyword.value in ("requires_grad", "layout"):
+            continue
+        if arg.keyword is not None and arg.keyword.value not in ("start", "end", "step"):
+            return False  # dtype=... among them
+        if not _evidently_integer(arg.value):
+            return False
+    return True
+
+
+def _evidently_integer(value: cst.BaseExpression) -> bool:
+    """``3``, ``len(x)``, ``x.size(1)``, ``x.shape[0]``, ``x.numel()`` and their
+    ``+ - * //`` combinations: Python ints, whatever the names hold."""
+    if isinstance(value, cst.Integer):
+        return True
+    if isinstance(value, cst.UnaryOperation) and isinstance(value.operator, cst.Minus):
+        return _evidently_integer(value.expression)
+    if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, (cst.Add, cst.Subtract, cst.Multiply, cst.FloorDivide)):
+        return _evidently_integer(value.left) and _evidently_integer(value.right)
+    if isinstance(value, cst.Call):
+        if isinstance(value.func, cst.Name) and value.func.value == "len":
+            return True
+        return isinstance(value.func, cst.Attribute) and value.func.attr.value in ("size", "numel", "dim") and bool(value.args or value.func.attr.value != "size")
+    if isinstance(value, cst.Subscript):
+        return isinstance(value.value, cst.Attribute) and value.value.attr.value == "shape"
+    return False
+
+
+def _requoted(device: cst.BaseExpression) -> cst.BaseExpression:
+    if isinstance(device, cst.SimpleString) and device.value.startswith('"') and "'" not in device.value:
+        return device.with_changes(value="'" + device.value[1:-1] + "'")
+    return device
 
 
 def _in_forward(site: Site):

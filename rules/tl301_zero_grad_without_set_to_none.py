@@ -6,7 +6,7 @@ from typing import Dict, List, Optional, Tuple
 import libcst as cst
 
 from torchlint.model import dotted_name, is_module_base, keyword, last_name, names_a_module, names_an_optimizer
-from torchlint.rule import SAFE, UNSAFE, Invalid, Rule, Valid
+from torchlint.rule import UNSAFE, Invalid, Rule, Valid
 
 _BACKWARD_QUALIFIED = frozenset({"torch.autograd.backward"})
 _GRAD_FUNCTIONS = frozenset({"torch.autograd.grad"})
@@ -97,10 +97,15 @@ class ZeroGradWithoutSetToNone(Rule):
     differently from a missing one (it skips the step for `None`), can
     change behaviour. No fix is offered where the module updates a gradient
     in place (`p.grad += g`, `p.grad.add_(g)`, `p.grad.data`): that code
-    would raise on a gradient set to `None`. For a plain `zero_grad()` under a target PyTorch below
-    2.0 the fix is safe: it makes the call do what it does by default from
-    PyTorch 2.0 on, and the rule already stays silent where the code reads
-    `.grad` before the next backward pass.
+    would raise on a gradient set to `None`. For a plain `zero_grad()` under
+    a target PyTorch below 2.0 the fix is unsafe too: it makes the call do
+    what it does by default from PyTorch 2.0 on, but on PyTorch 1.x a
+    parameter that gets no gradient in a step is then skipped by the
+    optimizer instead of being moved by momentum and weight decay, so
+    training results change. No fix is offered where the receiver is built
+    by a class that is not torch's (an optimizer wrapper imported from
+    another module, such as apex's `FP16_Optimizer`, whose `zero_grad` takes
+    `set_grads_to_None`), unless the call already passes `set_to_none=`.
 
     ## References
     - [`torch.optim.Optimizer.zero_grad`](https://pytorch.org/docs/stable/generated/torch.optim.Optimizer.zero_grad.html)
@@ -245,6 +250,7 @@ class ZeroGradWithoutSetToNone(Rule):
                     self.model(batch).sum().backward()
                     self.optimizer.step()
             """,
+            unsafe_fixes=True,
             message="below 2.0",
         ),
         Invalid(
@@ -276,6 +282,7 @@ class ZeroGradWithoutSetToNone(Rule):
             sgd_like = AdamW(params, lr=1e-3)
             sgd_like.zero_grad(set_to_none=True)
             """,
+            unsafe_fixes=True,
         ),
         Invalid(
             """
@@ -289,6 +296,7 @@ class ZeroGradWithoutSetToNone(Rule):
             loss.backward()
             grads = [p.grad for p in model.parameters()]
             """,
+            unsafe_fixes=True,
         ),
         # `.grad` is read only after the next backward pass: flagged.
         Invalid(
@@ -465,7 +473,9 @@ class ZeroGradWithoutSetToNone(Rule):
                 )
                 arg = candidate.explicit
                 edit = self.ctx.replace(arg.value, "True" if arg.keyword is not None else "set_to_none=True")
-                if self.grad_updated_in_place:  # the fix would turn that code into a crash on None
+                if self.grad_updated_in_place or (arg.keyword is None and self._maybe_not_torch_signature(candidate)):
+                    # in-place gradient updates would crash on None; a wrapper's
+                    # zero_grad(False) may name its argument differently
                     self.report(call, message)
                 else:
                     self.report(call, message, self.ctx.fix(UNSAFE, "Pass `set_to_none=True`", edit))
@@ -477,7 +487,21 @@ class ZeroGradWithoutSetToNone(Rule):
                 new_call = call.with_changes(
                     args=[cst.Arg(keyword=cst.Name("set_to_none"), value=cst.Name("True"), equal=_TIGHT_EQUAL)]
                 )
-                self.report(call, message, self.ctx.fix(SAFE, "Pass `set_to_none=True`", self.ctx.replace(call, new_call)))
+                if self.grad_updated_in_place or self._maybe_not_torch_signature(candidate):
+                    self.report(call, message)
+                else:
+                    self.report(call, message, self.ctx.fix(UNSAFE, "Pass `set_to_none=True`", self.ctx.replace(call, new_call)))
+
+    def _maybe_not_torch_signature(self, candidate: _Candidate) -> bool:
+        """The receiver is built by something other than torch (a wrapper from
+        another module, a class of this file that defines its own zero_grad)."""
+        if candidate.constructed_by is None:
+            return False
+        qualified, last = candidate.constructed_by
+        if qualified is not None and qualified.startswith("torch."):
+            return False
+        info = self.classes.get(last or "")
+        return not (info is not None and info.torch_like and not info.defines_zero_grad)
 
     def _is_torch_zero_grad(self, candidate: _Candidate) -> bool:
         if candidate.self_class is not None:

@@ -73,7 +73,9 @@ class GraphKeptAliveByAccumulation(Rule):
     only fires when the accumulator is never backpropagated, returned or
     yielded, detaching changes nothing but memory: the fix is safe. When the
     accumulator is also passed to a function the rule does not know (which
-    might differentiate it), the fix is unsafe. `.item()` would also work, but
+    might differentiate it), or stored in an attribute or a container
+    (`self.epoch_loss = total`, which another method may backpropagate), the
+    fix is unsafe. `.item()` would also work, but
     it synchronizes with the device on every step (see TL101).
 
     ## References
@@ -435,6 +437,12 @@ class GraphKeptAliveByAccumulation(Rule):
             self._mark_names(node.value, self.escapes, self._scope())
 
     def visit_Assign(self, node: cst.Assign) -> None:
+        if any(not isinstance(target.target, cst.Name) for target in node.targets):
+            # ``self.epoch_loss = total``, ``history["loss"] = total``: stored where
+            # another method may backpropagate it, out of this rule's sight
+            for sub in _names_outside_host_reads(node.value):
+                if isinstance(sub, cst.Name):
+                    self.passed_elsewhere.add((self._scope(), sub.value))
         if self.ctx.loop is None:
             return
         loops = set()

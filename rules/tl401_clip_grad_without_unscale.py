@@ -6,7 +6,7 @@ from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from torchlint.model import FunctionInfo, dotted_name, exclusive_branches, iter_subtree, keyword, literal_bool
+from torchlint.model import FunctionInfo, dotted_name, exclusive_branches, iter_subtree, keyword, last_name, literal_bool
 from torchlint.rule import DISPLAY_ONLY, SAFE, Invalid, Rule, Valid
 
 _CLIPS = frozenset(
@@ -130,7 +130,9 @@ class ClipGradWithoutUnscale(Rule):
     accumulation while the step runs every N, a clip inside a one-line
     compound statement) the fix is display-only: calling `unscale_` twice
     before `update()` raises, and unscaling before more scaled gradients are
-    accumulated mixes scales. Clipping after the step has no fix: the clip
+    accumulated mixes scales. So is a fix in a function that passes the
+    scaler or the optimizer to another call (`unscale_for_clipping(scaler,
+    optimizer)`), which may unscale already: a second `unscale_` raises. Clipping after the step has no fix: the clip
     must be moved, which only the author can decide.
 
     ## References
@@ -513,6 +515,7 @@ class ClipGradWithoutUnscale(Rule):
         super().__init__(ctx, options)
         # scope (function node or None) -> events in source order
         self.events: Dict[Optional[cst.CSTNode], List[_Event]] = {}
+        self.handed_to_calls: Set[Tuple[Optional[cst.CSTNode], str]] = set()  # (scope, name passed to a call)
         self.scope_info: Dict[Optional[cst.CSTNode], Optional[FunctionInfo]] = {}
         # (scope, dotted name) holding an enabled-or-unknown GradScaler / a GradScaler(enabled=False)
         self.scalers: Set[Tuple[Optional[cst.CSTNode], str]] = set()
@@ -552,6 +555,11 @@ class ClipGradWithoutUnscale(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
+        if last_name(func) not in ("scale", "unscale_", "step", "update") and self.ctx.qualified_name(func) not in _CLIPS:
+            for arg in node.args:
+                name = dotted_name(arg.value)
+                if name is not None:  # ``unscale_for_clipping(scaler, optimizer)`` may unscale
+                    self.handed_to_calls.add((self._scope(), name))
         if isinstance(func, cst.Attribute):
             method = func.attr.value
             if method in ("scale", "unscale_", "step"):
@@ -610,7 +618,7 @@ class ClipGradWithoutUnscale(Rule):
             if step is None or any(e.kind == SCALE for e in on_path_after[: on_path_after.index(step)]):
                 return
             since_scale = before[next(i for i in range(len(before) - 1, -1, -1) if before[i] is last) + 1 :]
-            self._report_before_step(clip, scaler, step, on_path_after, _earlier_clip_on_path(clip, since_scale))
+            self._report_before_step(clip, scaler, step, on_path_after, _earlier_clip_on_path(clip, since_scale), scope)
         elif last is not None and last.kind == STEP:
             scaler = last.scaler
             following = [e for e in on_path_after if e.scaler == scaler]
@@ -627,9 +635,11 @@ class ClipGradWithoutUnscale(Rule):
             if scaler is not None and self._lookup(self.scalers, scope, scaler) and scaler in scaled_anywhere:
                 if any(e.kind == SCALE for e in on_path_after[: on_path_after.index(next_step)]):
                     return
-                self._report_before_step(clip, scaler, next_step, on_path_after, _earlier_clip_on_path(clip, before))
+                self._report_before_step(clip, scaler, next_step, on_path_after, _earlier_clip_on_path(clip, before), scope)
 
-    def _report_before_step(self, clip: _Event, scaler: str, step: _Event, after: List[_Event], earlier_clip: bool) -> None:
+    def _report_before_step(
+        self, clip: _Event, scaler: str, step: _Event, after: List[_Event], earlier_clip: bool, scope: Optional[cst.CSTNode] = None
+    ) -> None:
         steps = [e for e in after if e.kind == STEP and e.scaler == scaler]
         cycle_end = next((i for i, e in enumerate(after) if e.kind == SCALE), len(after))
         cycle_steps = [e for e in after[:cycle_end] if e.kind == STEP and e.scaler == scaler] or steps[:1]
@@ -650,6 +660,9 @@ class ClipGradWithoutUnscale(Rule):
             and statement is not None
             and not any(e.kind == UNSCALE for e in after[: after.index(step)])
             and self._step_always_follows(clip, statement, step)
+            # a helper given the scaler or the optimizer may call unscale_ itself:
+            # a second one raises "unscale_() has already been called"
+            and not any((scope, name) in self.handed_to_calls for name in (scaler, optimizer))
         )
         fix = self.ctx.fix(SAFE if safe else DISPLAY_ONLY, f"Insert `{line}` before the clip", self.ctx.insert_line_before(statement or clip.call, line))
         self.report(clip.call, message, fix)

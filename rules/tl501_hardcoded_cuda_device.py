@@ -1,12 +1,22 @@
 from __future__ import annotations
 
+import itertools
 import re
 from typing import List, Optional, Set, Tuple
 
 import libcst as cst
 
-from torchlint.model import CHECK_TESTS, Site, check_tests_option, dotted_name, iter_subtree, last_name, requires_cuda
-from torchlint.rule import DISPLAY_ONLY, SAFE, Evidence, Fix, Invalid, Rule, Valid
+from torchlint.model import (
+    CHECK_TESTS,
+    Site,
+    check_tests_option,
+    dotted_name,
+    iter_subtree,
+    last_name,
+    mentions_cuda_availability,
+    requires_cuda,
+)
+from torchlint.rule import DISPLAY_ONLY, SAFE, UNSAFE, Evidence, Fix, Invalid, Rule, Valid
 
 _CUDA_LITERAL = re.compile(r"^cuda(:\d+)?$")
 # Names of variables and parameters that hold a device.
@@ -163,16 +173,23 @@ class HardcodedCudaDevice(Rule):
 
     ## Fix safety
     When exactly one device variable is in scope, the fix rewrites `.cuda()`
-    as `.to(device)` and a `"cuda"` literal argument as that variable, and it
-    is safe. "In scope" means: parameters of the enclosing function named
-    `device`, `dev` or `*_device`, and names assigned earlier in that
-    function that are named so or hold a `torch.device(...)`; if the function
-    has none, such names assigned earlier at module level. The fix then uses
-    the device the code chose for itself; on a CUDA machine running with that
-    device set to CUDA, the behaviour is the same. `.cuda(0)` (a literal
-    index) and every case with zero or several candidate variables get a
-    display-only suggestion. Parameter defaults and assignments have no fix:
-    the choice of a default belongs to the author.
+    as `.to(device)` and a `"cuda"` literal argument as that variable.
+    "In scope" means: parameters of the enclosing function named `device`,
+    `dev` or `*_device`, and names assigned earlier in that function that
+    are named so or hold a `torch.device(...)`; if the function has none,
+    such names assigned earlier at module level. Variables that evidently
+    hold no GPU (`None`, `"cpu"`, `torch.device("cpu")`, as a value or a
+    parameter's default) are not device variables here.
+
+    The fix is safe when the variable evidently holds the device `.cuda()`
+    moves to: `torch.device("cuda")`, or `"cuda"` when
+    `torch.cuda.is_available()` and the CPU otherwise; the code then behaves
+    the same on every machine it ran on before. It is unsafe for a
+    parameter or any other value (`args.device`, `f"cuda:{rank}"`), which
+    may be another device at run time. `.cuda(0)` (a literal index) and
+    every case with zero or several candidate variables get a display-only
+    suggestion. Parameter defaults and assignments have no fix: the choice
+    of a default belongs to the author.
 
     ## References
     - [CUDA semantics: best practices, device-agnostic code](https://pytorch.org/docs/stable/notes/cuda.html#device-agnostic-code)
@@ -323,6 +340,37 @@ class HardcodedCudaDevice(Rule):
     ]
 
     INVALID = [
+        # The device `.cuda()` moves to, or the CPU where there is no GPU: safe.
+        Invalid(
+            """
+            import torch
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            x = x.cuda()
+            """,
+            fixed="""
+            import torch
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            x = x.to(device)
+            """,
+        ),
+        # Variables that hold no GPU are not device variables: no fix.
+        Invalid(
+            """
+            import torch
+            def offload(model, x):
+                cpu_device = torch.device("cpu")
+                return model(x.cuda()), cpu_device
+            """,
+            unsafe_fixes=True,
+        ),
+        Invalid(
+            """
+            import torch
+            def make_mask(n, device=None):
+                return torch.ones(n, n).tril().cuda()
+            """,
+            unsafe_fixes=True,
+        ),
         Invalid(
             """
             def evaluate(model, x, device):
@@ -334,6 +382,7 @@ class HardcodedCudaDevice(Rule):
                 model = model.to(device)
                 return model(x)
             """,
+            unsafe_fixes=True,  # a parameter (or `args.device`) may be another device at run time
             line=2,
             message="`.cuda()`",
         ),
@@ -395,6 +444,7 @@ class HardcodedCudaDevice(Rule):
                 dev = torch.device(args.device)
                 batch = batch.to(dev, non_blocking=True)
             """,
+            unsafe_fixes=True,  # a parameter (or `args.device`) may be another device at run time
         ),
         # a device literal in .to() replaced by the one device variable
         Invalid(
@@ -406,6 +456,7 @@ class HardcodedCudaDevice(Rule):
             def predict(model, x, device):
                 return model(x.to(device))
             """,
+            unsafe_fixes=True,  # a parameter (or `args.device`) may be another device at run time
         ),
         # torch.load(map_location="cuda"), import alias
         Invalid(
@@ -471,6 +522,11 @@ class HardcodedCudaDevice(Rule):
         self.runs_without_cuda: Optional[Tuple[cst.CSTNode, str]] = None
         # Calls of functions of this module by simple name: name -> calls
         self.calls_by_name: dict = {}
+        # per scope (its ``ctx.values``): [the dict, names looked at, device-like names]
+        self._scope_devices: dict = {}
+        # per scope: names assigned ``torch.device(...)`` there
+        self._device_calls_assigned: dict = {}
+        self._module_values: dict = {}  # module-level device variable -> its last value
 
     # -- walk ------------------------------------------------------------------
     def visit_Call(self, node: cst.Call) -> None:
@@ -568,6 +624,12 @@ class HardcodedCudaDevice(Rule):
                 if name and _DEVICE_NAME.match(name):
                     self._literal(node.value, f"`{dotted_name(target) or name} = {node.value.value}` hardcodes a CUDA device", fixable=False)
 
+    def leave_Assign(self, node: cst.Assign) -> None:
+        if isinstance(node.value, cst.Call) and self.ctx.qualified_name(node.value.func) == "torch.device":
+            for target in node.targets:
+                if isinstance(target.target, cst.Name):
+                    self._device_calls_assigned.setdefault(id(self.ctx.values), set()).add(target.target.value)
+
     def _holds_device(self, name: str, value: Optional[cst.CSTNode]) -> bool:
         if _DEVICE_NAME.match(name):
             return True
@@ -594,7 +656,7 @@ class HardcodedCudaDevice(Rule):
         new_text = f"{self.ctx.code_for(replacement)}({args})"
         safe = device is not None and not literal_index
         fix = self.ctx.fix(
-            SAFE if safe else DISPLAY_ONLY,
+            self._device_safety(device) if safe else DISPLAY_ONLY,  # type: ignore[arg-type]
             f"Replace `.cuda()` with `.to({target})`" + ("" if device else " and pass the device in"),
             self.ctx.replace(node, new_text),
         )
@@ -606,7 +668,7 @@ class HardcodedCudaDevice(Rule):
         if fixable:
             device = self._device_in_scope()
             if device is not None and not self._defines(device):
-                fix = self.ctx.fix(SAFE, f"Use the device variable `{device}`", self.ctx.replace(node, device))
+                fix = self.ctx.fix(self._device_safety(device), f"Use the device variable `{device}`", self.ctx.replace(node, device))
             else:
                 fix = self.ctx.fix(DISPLAY_ONLY, "Pass a device variable instead of the literal", self.ctx.replace(node, device or "device"))
         if not message.startswith("the default"):
@@ -629,18 +691,44 @@ class HardcodedCudaDevice(Rule):
         if function is not None:
             params = function.node.params
             for param in (*params.posonly_params, *params.params, *params.kwonly_params):
-                if _DEVICE_NAME.match(param.name.value) and not (param.default is not None and is_cuda_literal(param.default)):
+                if _DEVICE_NAME.match(param.name.value) and not (param.default is not None and (is_cuda_literal(param.default) or _not_a_gpu(self.ctx, param.default))):
                     names.add(param.name.value)
-            for name, value in self.ctx.scope_values().items():
-                if "." not in name and self._holds_device(name, value) and not is_cuda_literal(value):
-                    names.add(name)
-        else:
-            for name, value in self.ctx.scope_values().items():
-                if "." not in name and self._holds_device(name, value) and not is_cuda_literal(value):
-                    names.add(name)
+        values = self.ctx.values
+        for name in self._device_names_assigned(values):
+            value = values.get(name)
+            if name in values and self._holds_device(name, value) and not is_cuda_literal(value) and not _not_a_gpu(self.ctx, value):
+                names.add(name)
         if not names and function is not None:
             names = set(self.module_devices)
         return next(iter(names)) if len(names) == 1 else None
+
+    def _device_names_assigned(self, values: dict) -> Set[str]:
+        """The names of ``values`` (this scope's assignments) that may hold a
+        device: named so, or ever assigned ``torch.device(...)`` here. Kept per
+        scope and extended by the names added since the last question (a
+        dict keeps insertion order), so a long scope costs linear time, not
+        quadratic (every ``.cuda()`` asking about every earlier assignment)."""
+        entry = self._scope_devices.get(id(values))
+        if entry is None or entry[0] is not values or entry[1] > len(values):
+            entry = self._scope_devices[id(values)] = [values, 0, set()]
+        _, seen, found = entry
+        if len(values) > seen:
+            fresh = itertools.islice(reversed(values), len(values) - seen)
+            found.update(name for name in fresh if "." not in name and self._holds_device(name, values[name]))
+            entry[1] = len(values)
+        return found | self._device_calls_assigned.get(id(values), set())
+
+    def _device_safety(self, device: str) -> str:
+        """SAFE when ``device`` evidently holds the CUDA device ``.cuda()`` would
+        use (``torch.device("cuda" if torch.cuda.is_available() else "cpu")``):
+        the code then behaves the same wherever it ran before. A parameter, or
+        any other value, may be another device at run time: UNSAFE."""
+        value = self.ctx.values.get(device)
+        if value is None and device in self.module_devices:
+            if device not in self._module_values:
+                self._module_values[device] = next(iter(reversed(list(_module_assignments(self.ctx.module, device)))), None)
+            value = self._module_values[device]
+        return SAFE if value is not None and _current_cuda_device(self.ctx, value) else UNSAFE
 
     def _add(self, node: cst.CSTNode, message: str, fix: Optional[Fix]) -> None:
         site = self.ctx.site()
@@ -777,6 +865,39 @@ class HardcodedCudaDevice(Rule):
                     if _mentions(decorator.decorator, _CUDA_ONLY):
                         return True
         return False
+
+
+def _not_a_gpu(ctx, value: Optional[cst.CSTNode]) -> bool:
+    """``None``, ``"cpu"``, ``torch.device("cpu")``: a variable holding it is not
+    where ``.cuda()`` moves things."""
+    if isinstance(value, cst.Name) and value.value == "None":
+        return True
+    if isinstance(value, cst.SimpleString):
+        text = value.evaluated_value
+        return isinstance(text, str) and not _CUDA_LITERAL.match(text)
+    if isinstance(value, cst.Call) and ctx.qualified_name(value.func) == "torch.device" and value.args:
+        return _not_a_gpu(ctx, value.args[0].value)
+    return False
+
+
+def _current_cuda_device(ctx, value: cst.CSTNode) -> bool:
+    """``torch.device("cuda")``, or ``"cuda"`` when CUDA is available and the
+    CPU otherwise: the device ``.cuda()`` moves to (where it does not fail)."""
+    if isinstance(value, cst.Call) and ctx.qualified_name(value.func) == "torch.device" and len(value.args) == 1:
+        return _current_cuda_device(ctx, value.args[0].value)
+    if isinstance(value, cst.SimpleString):
+        return value.evaluated_value == "cuda"  # "cuda:1" need not be the current device
+    if isinstance(value, cst.IfExp):
+        return mentions_cuda_availability(ctx, value.test) and _current_cuda_device(ctx, value.body) and _not_a_gpu(ctx, value.orelse)
+    return False
+
+
+def _module_assignments(module: cst.Module, name: str):
+    for statement in module.body:
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                if isinstance(small, cst.Assign) and any(isinstance(t.target, cst.Name) and t.target.value == name for t in small.targets):
+                    yield small.value
 
 
 def _mentions(node: cst.CSTNode, pattern: re.Pattern) -> bool:

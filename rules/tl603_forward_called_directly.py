@@ -5,8 +5,8 @@ from typing import List, Optional, Set, Tuple
 
 import libcst as cst
 
-from torchlint.model import CHECK_TESTS, check_tests_option, dotted_name, is_module_base, names_a_module
-from torchlint.rule import SAFE, Invalid, Rule, Valid
+from torchlint.model import CHECK_TESTS, FunctionInfo, check_tests_option, dotted_name, is_module_base, names_a_module
+from torchlint.rule import DISPLAY_ONLY, UNSAFE, Invalid, Rule, Valid
 
 # Attributes that hold the module a wrapper wraps: a wrapper's forward calling
 # their ``forward`` bypasses the inner hooks on purpose (DDP, FSDP, checkpoint
@@ -72,11 +72,15 @@ class ForwardCalledDirectly(Rule):
     ```
 
     ## Fix safety
-    The fix replaces `model.forward(args)` with `model(args)` and is safe:
+    The fix replaces `model.forward(args)` with `model(args)` and is unsafe:
     `__call__` passes the same positional and keyword arguments to
-    `forward` and returns its result; the only difference is that registered
-    hooks now run, which is what the module's owner asked for when
-    registering them.
+    `forward` and returns its result, but the hooks registered on the module
+    now run, and which hooks a module carries (a library's, a profiler's,
+    a quantization observer's) is not visible in the code. Inside a hook,
+    where `module.forward(...)` is the way to run the module again without
+    its hooks, no fix is offered: `module(...)` would call the hook again,
+    without end. A function counts as a hook when the file passes it to a
+    `register_*hook*` call, or when its name says so (`*hook*`).
 
     ## References
     - [`torch.nn.Module.forward`: "one should call the Module instance afterwards instead of this"](https://pytorch.org/docs/stable/generated/torch.nn.Module.html#torch.nn.Module.forward)
@@ -178,6 +182,19 @@ class ForwardCalledDirectly(Rule):
     ]
 
     INVALID = [
+        # Inside a hook, `module(...)` would run the hook again: no fix.
+        Invalid(
+            """
+            import torch.nn as nn
+            model = nn.Linear(2, 2)
+
+            def rerun(module, inputs, output):
+                return module.forward(inputs[0] * 0.5)
+
+            model.register_forward_hook(rerun)
+            """,
+            unsafe_fixes=True,
+        ),
         Invalid(
             """
             out = model.forward(x)
@@ -185,6 +202,7 @@ class ForwardCalledDirectly(Rule):
             fixed="""
             out = model(x)
             """,
+            unsafe_fixes=True,
             message="`model.forward(...)`",
         ),
         Invalid(
@@ -194,6 +212,7 @@ class ForwardCalledDirectly(Rule):
             fixed="""
             logits = self.model(input_ids, attention_mask=mask)
             """,
+            unsafe_fixes=True,
         ),
         Invalid(
             """
@@ -206,6 +225,7 @@ class ForwardCalledDirectly(Rule):
             head = nn.Linear(16, 4)
             y = head(features)
             """,
+            unsafe_fixes=True,
         ),
         Invalid(
             """
@@ -224,6 +244,7 @@ class ForwardCalledDirectly(Rule):
             tiny = Tiny()
             y = tiny(x)
             """,
+            unsafe_fixes=True,
             line=6,
         ),
         Invalid(
@@ -239,6 +260,7 @@ class ForwardCalledDirectly(Rule):
                     h = self.encoder(x)
                     return self.decoder(h)
             """,
+            unsafe_fixes=True,
             line=3,
         ),
         Invalid(
@@ -250,6 +272,7 @@ class ForwardCalledDirectly(Rule):
             for batch in loader:
                 loss = criterion(net(batch), batch)
             """,
+            unsafe_fixes=True,
         ),
         Invalid(
             """
@@ -262,6 +285,7 @@ class ForwardCalledDirectly(Rule):
             resnet = torchvision.models.resnet18()
             feats = resnet(images)
             """,
+            unsafe_fixes=True,
         ),
         Invalid(
             """
@@ -272,6 +296,7 @@ class ForwardCalledDirectly(Rule):
             def predict(model, x):
                 return model.module(x)
             """,
+            unsafe_fixes=True,
         ),
         Invalid(
             """
@@ -282,6 +307,7 @@ class ForwardCalledDirectly(Rule):
             a = encoder(x)
             b = decoder(a)
             """,
+            unsafe_fixes=True,
             count=2,
         ),
     ]
@@ -289,7 +315,8 @@ class ForwardCalledDirectly(Rule):
     def __init__(self, ctx, options) -> None:
         super().__init__(ctx, options)
         # (call, receiver name, the callee that built the receiver, if known)
-        self.candidates: List[Tuple[cst.Call, str, Optional[str], Optional[str]]] = []
+        self.candidates: List[Tuple[cst.Call, str, Optional[str], Optional[str], Optional[FunctionInfo]]] = []
+        self.hooks: Set[str] = set()  # names of the functions the file registers as hooks
         self.module_classes: Set[str] = set()
         self.other_classes: Set[str] = set()
 
@@ -329,7 +356,16 @@ class ForwardCalledDirectly(Rule):
         value = self.ctx.value_of(receiver)
         if isinstance(value, cst.Call):
             built_by = self.ctx.qualified_name(value.func) or dotted_name(value.func)
-        self.candidates.append((node, receiver, built_by, parts[-1]))
+        self.candidates.append((node, receiver, built_by, parts[-1], self.ctx.function))
+
+    def leave_Call(self, node: cst.Call) -> None:
+        # ``module.register_forward_pre_hook(_pre_forward)``: remember the hook.
+        func = node.func
+        if isinstance(func, cst.Attribute) and "hook" in func.attr.value and func.attr.value.startswith("register"):
+            for arg in node.args[:1]:
+                name = dotted_name(arg.value.args[0].value) if isinstance(arg.value, cst.Call) and arg.value.args else dotted_name(arg.value)
+                if name is not None:
+                    self.hooks.add(name.rsplit(".", 1)[-1])  # functools.partial(hook, ...) too
 
     def _in_torchscript(self) -> bool:
         """TorchScript code calls interface methods by name (``m.forward()``)."""
@@ -343,16 +379,24 @@ class ForwardCalledDirectly(Rule):
         return False
 
     def finish(self) -> None:
-        for call, receiver, built_by, last in self.candidates:
+        for call, receiver, built_by, last, function in self.candidates:
             if not self._is_module(receiver, built_by, last):
                 continue
             replacement = call.with_changes(func=call.func.value)  # type: ignore[attr-defined]
-            fix = self.ctx.fix(SAFE, f"Call `{receiver}(...)` instead of `{receiver}.forward(...)`", self.ctx.replace(call, replacement))
+            applicability = DISPLAY_ONLY if self._in_hook(function) else UNSAFE
+            fix = self.ctx.fix(applicability, f"Call `{receiver}(...)` instead of `{receiver}.forward(...)`", self.ctx.replace(call, replacement))
             self.report(
                 call,
                 f"`{receiver}.forward(...)` bypasses the module's forward and backward hooks; call `{receiver}(...)`",
                 fix,
             )
+
+    def _in_hook(self, function: Optional[FunctionInfo]) -> bool:
+        while function is not None:
+            if function.name in self.hooks or "hook" in function.name.lower():
+                return True
+            function = function.parent
+        return False
 
     def _is_module(self, receiver: str, built_by: Optional[str], last: Optional[str]) -> bool:
         if built_by is not None:

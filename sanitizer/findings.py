@@ -147,6 +147,12 @@ def is_periodic(finding: Finding) -> bool:
     return finding.kind == SYNC and isinstance(finding.details, dict) and finding.details.get("cadence") == PERIODIC
 
 
+def is_no_stall(finding: Finding) -> bool:
+    """A repeated sync site that costs nothing (the GPU was idle, the host needs the value, a symptom
+    of another site): ``info``, never listed as a cost nor failed on (sync/verdicts.py says why)."""
+    return finding.kind == SYNC and isinstance(finding.details, dict) and bool(finding.details.get("no_stall"))
+
+
 def is_per_step_cost(finding: Finding) -> bool:
-    """Neither one-off nor periodic: what a summary lists and ``fail_on`` may fail on."""
-    return not (is_one_off(finding) or is_periodic(finding))
+    """Neither one-off, periodic nor without a stall: what a summary lists and ``fail_on`` may fail on."""
+    return not (is_one_off(finding) or is_periodic(finding) or is_no_stall(finding))

@@ -63,7 +63,8 @@ import site
 import sys
 import sysconfig
 import threading
-from typing import Dict, Iterable, List, Optional, Tuple
+from types import FrameType
+from typing import Dict, Iterable, List, Optional, Set, Tuple
 
 from .findings import Frame
 
@@ -94,7 +95,7 @@ def _under(path: str, folder: str) -> bool:
 
 def _scheme_paths(keys: Tuple[str, ...]) -> List[str]:
     """``sysconfig`` paths for the running and the base interpreter (a venv has both)."""
-    dirs = set()
+    dirs: Set[str] = set()
     for base in {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}:
         variables = {"base": base, "platbase": base, "installed_base": base, "installed_platbase": base}
         try:
@@ -126,8 +127,9 @@ def _torchlint_dirs() -> List[str]:
     here = os.path.dirname(os.path.abspath(__file__))
     dirs = {_norm(here)}
     package = sys.modules.get("torchlint")
-    if package is not None and getattr(package, "__file__", None):
-        dirs.add(_norm(os.path.dirname(package.__file__)))
+    package_file = getattr(package, "__file__", None)
+    if package_file:
+        dirs.add(_norm(os.path.dirname(package_file)))
     return sorted(dirs)
 
 
@@ -245,7 +247,7 @@ def _installed_tops(entry: str) -> frozenset:
     cached = _installed_cache.get(entry)
     if cached is not None:
         return cached
-    tops = set()
+    tops: Set[str] = set()
     try:
         names = os.listdir(entry)
     except OSError:
@@ -290,7 +292,7 @@ def _decide(filename: str) -> str:
             return LIBRARY
         if top in _user_packages:
             return USER
-        if entry in _SITE_DIRS or top in _installed_tops(entry):
+        if entry is not None and (entry in _SITE_DIRS or top in _installed_tops(entry)):
             return LIBRARY
     elif any(_under(path, d) for d in _SITE_DIRS):
         return LIBRARY
@@ -386,7 +388,7 @@ def sync_site_top(skip: int = 0):
     bookkeeping ~65 µs against ~7 µs warm). Only the top frame's line is
     decoded here; the full stack is walked once, when a site is new.
     """
-    frame = sys._getframe(skip + 1)
+    frame: Optional[FrameType] = sys._getframe(skip + 1)
     cache = _origin_cache
     library = None
     internal = False
@@ -422,7 +424,8 @@ def sync_site_top(skip: int = 0):
     return (None if top is None else (top.f_code.co_filename, top.f_lineno)), library, internal, callee
 
 
-_COMPILER_PARTS = (os.sep + os.path.join("torch", "_inductor") + os.sep, os.sep + os.path.join("torch", "_dynamo") + os.sep,
+_COMPILER_PARTS = (os.sep + os.path.join("torch", "_inductor") + os.sep,
+                   os.sep + os.path.join("torch", "_dynamo") + os.sep,
                    os.sep + "triton" + os.sep)
 _compiler_cache: Dict[str, bool] = {}
 
@@ -433,7 +436,7 @@ def through_compiler(skip: int = 0) -> bool:
 
     Walked once per new sync site, not per sync.
     """
-    frame = sys._getframe(skip + 1)
+    frame: Optional[FrameType] = sys._getframe(skip + 1)
     while frame is not None:
         filename = frame.f_code.co_filename
         if origin_of(filename) == USER and not is_test_file(filename):

@@ -37,12 +37,14 @@ MEMORY_KINDS = ("oom", "fragmentation", "alloc-churn", "alloc-retry", "low-utili
 _STYLE = """
 body{font:14px/1.45 system-ui,sans-serif;margin:24px;color:#1d2330;max-width:1000px}
 h1{font-size:22px}h2{font-size:17px;margin-top:28px;border-bottom:1px solid #dde}
-table{border-collapse:collapse;width:100%;margin:8px 0}td,th{border-bottom:1px solid #e4e6ee;padding:4px 6px;text-align:left;vertical-align:top}
+table{border-collapse:collapse;width:100%;margin:8px 0}
+td,th{border-bottom:1px solid #e4e6ee;padding:4px 6px;text-align:left;vertical-align:top}
 th{background:#f3f4f8}code,pre{font:12px ui-monospace,monospace}pre{white-space:pre-wrap;background:#f6f7fa;padding:8px}
 .facts td:first-child{width:220px;color:#556}svg{background:#fbfbfd;border:1px solid #e4e6ee}
 .step{fill:#e8ecf7}.step.odd{fill:#d7def0}.sync-mark{fill:#e07b00;fill-opacity:.7}.race-mark{fill:#c81e1e}
 .oom-mark{fill:#7a00c8}.segment-mark{fill:#1e78c8}.frag-peak-mark{fill:none;stroke:#c81e1e;stroke-width:2}
-.allocated{fill:none;stroke:#1e78c8;stroke-width:1.5}.reserved{fill:none;stroke:#7b8194;stroke-width:1.5;stroke-dasharray:4 2}
+.allocated{fill:none;stroke:#1e78c8;stroke-width:1.5}
+.reserved{fill:none;stroke:#7b8194;stroke-width:1.5;stroke-dasharray:4 2}
 .axis{font-size:11px;fill:#556}.legend{font-size:12px}.none{color:#778}
 """
 
@@ -88,22 +90,26 @@ def _facts(reports: Sequence[Dict[str, Any]], ranks: Sequence[str]) -> str:
         spent = sum(overhead.values())
         share = f" ({spent / duration:.2%} of the run)" if duration else ""
         if steps.get("completed"):
-            step_text = f"{steps['completed']} ({steps['warmup']} warm-up, {steps['measured']} measured; from {steps['source']})"
+            step_text = (f"{steps['completed']} ({steps['warmup']} warm-up, {steps['measured']} measured; "
+                         f"from {steps['source']})")
         elif "tests" in report:
             step_text = f"{len(report['tests'])} tests"
         else:
             step_text = "no optimizer steps: the whole run is one step"
         pairs = [
-            ("GPU", f"{device.get('name', 'none')} (capability {device.get('capability', '?')}, {_mib(device.get('total_memory_bytes'))})" if device else "no CUDA device"),
+            ("GPU", f"{device.get('name', 'none')} (capability {device.get('capability', '?')}, "
+                    f"{_mib(device.get('total_memory_bytes'))})" if device else "no CUDA device"),
             ("torch", report.get("torch") or "not imported"),
             ("allocator settings", timeline.get("alloc_conf") or "default (PYTORCH_ALLOC_CONF unset)"),
             ("checks", ", ".join(report.get("checks", [])) or "none"),
             ("steps", step_text),
             ("run time", f"{duration:.3f} s" if duration is not None else "n/a"),
-            ("sanitizer's own time", f"{spent * 1e3:.1f} ms{share}: " + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in sorted(overhead.items()))),
+            ("sanitizer's own time", f"{spent * 1e3:.1f} ms{share}: "
+                                     + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in sorted(overhead.items()))),
         ]
         body = "".join(f"<tr><td>{_e(k)}</td><td>{_e(v)}</td></tr>" for k, v in pairs)
-        rows.append(f'<table class="facts" data-rank="{_e(rank)}"><tr><th colspan="2">rank {_e(rank)}</th></tr>{body}</table>'
+        rows.append(f'<table class="facts" data-rank="{_e(rank)}"><tr><th colspan="2">rank {_e(rank)}</th></tr>'
+                    f'{body}</table>'
                     if len(reports) > 1 else f'<table class="facts">{body}</table>')
     return "\n".join(rows)
 
@@ -189,13 +195,15 @@ def _timeline_svg(reports: Sequence[Dict[str, Any]], ranks: Sequence[str]) -> st
         timeline = report.get("timeline") or {}
         top = lane * lane_height + 6
         parts.append(f'<g data-rank="{_e(rank)}"><text class="axis" x="4" y="{top + 14}">steps</text>'
-                     f'<text class="axis" x="4" y="{top + 44}">syncs</text><text class="axis" x="4" y="{top + 72}">events</text>')
+                     f'<text class="axis" x="4" y="{top + 44}">syncs</text>'
+                     f'<text class="axis" x="4" y="{top + 72}">events</text>')
         if len(reports) > 1:
             parts.append(f'<text class="axis" x="4" y="{top + 84}">rank {_e(rank)}</text>')
         previous = 0.0
         for index, end in enumerate(timeline.get("steps", [])):
             x0, x1 = scale.x(previous), scale.x(end)
-            parts.append(f'<rect class="step{" odd" if index % 2 else ""}" x="{x0}" y="{top + 2}" width="{max(x1 - x0, 0.5)}" height="18">'
+            parts.append(f'<rect class="step{" odd" if index % 2 else ""}" x="{x0}" y="{top + 2}" '
+                         f'width="{max(x1 - x0, 0.5)}" height="18">'
                          f'<title>step {index}: {(end - previous) * 1e3:.2f} ms</title></rect>')
             previous = end
         for start, wait, kind, file, line, rule, step in timeline.get("syncs", []):
@@ -236,7 +244,8 @@ def _memory_svg(reports: Sequence[Dict[str, Any]], ranks: Sequence[str]) -> str:
     def y(nbytes: float) -> float:
         return round(bottom - (bottom - top) * nbytes / peak, 2)
 
-    parts = [f'<svg id="memory-chart" width="{WIDTH}" height="{height}" role="img" aria-label="GPU memory over the run">',
+    parts = [f'<svg id="memory-chart" width="{WIDTH}" height="{height}" role="img" '
+             'aria-label="GPU memory over the run">',
              scale.breaks(top - 8, bottom + 14)]
     for i in range(5):
         value = peak * i / 4
@@ -260,14 +269,14 @@ def _memory_svg(reports: Sequence[Dict[str, Any]], ranks: Sequence[str]) -> str:
                          f'(step {step})</title></rect>')
         # The fragmented peak: of the snapshots judged fragmented, the one with the most free-but-unusable bytes.
         fragmented = [row for row in timeline.get("snapshots", []) if row[2]]
-        for t, reason, category, free_bytes, step in sorted(fragmented, key=lambda row: row[3] or 0)[-1:]:
+        for t, reason, category, free_bytes, _step in sorted(fragmented, key=lambda row: row[3] or 0)[-1:]:
             if category:
                 reserved = _reserved_at(rows, t)
                 parts.append(f'<circle class="frag-peak-mark" cx="{scale.x(t)}" cy="{y(reserved)}" r="8"><title>'
                              f'{_e(category)} fragmentation ({_e(reason)}): {_mib(free_bytes)} free but unusable, '
                              f'reserved {_mib(reserved)}</title></circle>')
         ooms = [f for f in report.get("findings", []) if f["kind"] == "oom"]
-        for t, nbytes, file, line, step in timeline.get("ooms", []):
+        for t, nbytes, file, line, _step in timeline.get("ooms", []):
             finding = next((f for f in ooms if f.get("line") == line), None)
             cause = f" ({finding['details'].get('cause')})" if finding else ""
             reserved = int(finding["details"].get("reserved_bytes") or 0) if finding else _reserved_at(rows, t)
@@ -447,10 +456,12 @@ def render(reports: Sequence[Dict[str, Any]]) -> str:
         no_timeline = ('<p class="none">A pytest run sanitizes each test on its own: the per-site tables cover the '
                        'whole run; the charts need a script run (torchlint-sanitize) or session.write_html().</p>')
     elif not all(r.get("timeline") for r in reports):
-        no_timeline = '<p class="none">This report has no timeline (an older torchlint wrote it): the charts are empty.</p>'
+        no_timeline = ('<p class="none">This report has no timeline (an older torchlint wrote it): '
+                       'the charts are empty.</p>')
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>torchlint sanitizer report</title>'
-            f'<style>{_STYLE}</style></head><body><h1>torchlint sanitizer report</h1><p id="headline">{_e(headline)}</p>'
-            f'{rank_filter}{_fix_first(reports, ranks)}<h2>The run</h2>{_facts(reports, ranks)}{_phases(reports)}{no_timeline}'
+            f'<style>{_STYLE}</style></head><body><h1>torchlint sanitizer report</h1>'
+            f'<p id="headline">{_e(headline)}</p>{rank_filter}{_fix_first(reports, ranks)}'
+            f'<h2>The run</h2>{_facts(reports, ranks)}{_phases(reports)}{no_timeline}'
             f'<h2>Timeline</h2>{_timeline_svg(reports, ranks)}<h2>GPU memory</h2>{_memory_svg(reports, ranks)}'
             f'{tables}{_rule_texts(rules)}</body></html>\n')
 

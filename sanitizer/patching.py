@@ -129,8 +129,10 @@ class WarningHook:
         if self._filters:
             for entry in self._filters:
                 try:
-                    warnings.filters.remove(entry)
+                    # typeshed types it as a Sequence; at run time it is the list Python itself mutates.
+                    warnings.filters.remove(entry)  # type: ignore[attr-defined]
                 except ValueError:
                     pass
-            warnings._filters_mutated()
+            # Private, not in typeshed: tells the per-module once-registries that the filters changed.
+            warnings._filters_mutated()  # type: ignore[attr-defined]
             self._filters = []

@@ -28,7 +28,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from statistics import median
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+if TYPE_CHECKING:
+    from .patching import Patcher
 
 STARTUP, COMPILATION, EVALUATION, CHECKPOINTING, STEADY, OTHER = (
     "start-up", "compilation", "evaluation", "checkpointing", "steady-state training", "other")
@@ -51,7 +54,7 @@ class PhaseHooks:
 
     def __init__(self, timeline) -> None:
         self.timeline = timeline
-        self._patcher = None
+        self._patcher: Optional["Patcher"] = None
         self._dynamo = None  # torch._dynamo's callback handler, once the callbacks are registered
         self._open_compiles: List[int] = []
 
@@ -224,7 +227,8 @@ def split(timeline: Dict[str, Any], warmup_steps: int) -> Phases:
 
 
 def _named(start: float, end: float, evals) -> str:
-    """What filled a gap between steps besides compilation and checkpoints (counted apart): an evaluation, or other work."""
+    """What filled a gap between steps besides compilation and checkpoints (counted apart):
+    an evaluation, or other work."""
     return EVALUATION if any(start < t <= end for t in evals) else OTHER
 
 

@@ -282,7 +282,8 @@ def _marker_settings(item: pytest.Item, marker: Any) -> Dict[str, Any]:
     return settings
 
 
-_MEMORY_FIELDS = ("peak_allocated_bytes", "peak_reserved_bytes", "peak_exact", "reserved_unallocated_bytes", "slack", "num_alloc_retries", "num_ooms")
+_MEMORY_FIELDS = ("peak_allocated_bytes", "peak_reserved_bytes", "peak_exact", "reserved_unallocated_bytes", "slack",
+                  "num_alloc_retries", "num_ooms")
 
 
 def _compact_memory(summary: Dict[str, Any]) -> Dict[str, Any]:

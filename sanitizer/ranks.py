@@ -53,7 +53,8 @@ def rank_info(environ: Mapping[str, str] = os.environ) -> Optional[RankInfo]:
     except ValueError:
         local_rank = rank
     run_id = "/".join(
-        environ.get(key, "") for key in ("TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT")
+        environ.get(key, "")
+        for key in ("TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT")
     )
     return RankInfo(rank, world_size, local_rank, run_id)
 
@@ -139,7 +140,8 @@ def collect(path: str, info: RankInfo, started_at: float) -> Optional[List[tuple
                 report = json.load(handle)
         except (OSError, ValueError):
             return None
-        if report.get("run_id") != info.run_id or abs(float(report.get("started_at", 0)) - started_at) > SAME_RUN_WINDOW_S:
+        apart_s = abs(float(report.get("started_at", 0)) - started_at)
+        if report.get("run_id") != info.run_id or apart_s > SAME_RUN_WINDOW_S:
             return None  # a report of another run: this run's rank has not written yet
         found.append((report, candidate))
     return found
@@ -161,7 +163,8 @@ def write_rank_report(path: str, report: Dict[str, Any], info: RankInfo, started
 def render_merged(merged: Dict[str, Any], title: str, limit: int = 10) -> str:
     """The merged summary: a headline over every rank, the top sites tagged with their rank, one line per rank."""
     from .findings import Finding, is_per_step_cost
-    from .report import finding_line, rank as rank_findings, render_summary
+    from .report import finding_line, render_summary
+    from .report import rank as rank_findings
 
     tagged = []
     for data in merged["findings"]:

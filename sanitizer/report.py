@@ -92,7 +92,7 @@ A Finding (``Finding.to_json()``)::
 
     {"sync_kind": "item" | "tolist" | "cpu" | "numpy" | "bool" | "format" | "nonzero"
                   | "mask-index" | "unique" | "synchronize" | "event-sync" | "empty-cache"
-                  | "pageable-copy" | "copy" | "other",
+                  | "pageable-copy" | "copy" | "host-slice" | "host-built" | "backward" | "other",
      "api": "Tensor.item" | ... | null,  # the wrapped entry point, null when seen via the warning
      "cadence": "per-step" | "per-eval-batch" | "per-iteration" | "periodic" | "few" | "once" | "compile",
                                          # added (issue 32): sync/verdicts.py defines each
@@ -113,6 +113,13 @@ A Finding (``Finding.to_json()``)::
      "runs": int,                        # executions of the line that synced (one call = one run)
      "repeated": bool,                   # true for the per-step, per-eval-batch and per-iteration
                                          # cadences; false: info, rule null (periodic ones say so)
+     "no_stall": "host-needs-value" | "backward-symptom" | absent,
+                                         # a repeated site that costs nothing: info, rule null
+                                         # (sync/verdicts.py says why)
+     "idle-on-arrival": {"idle": int, "asked": int} | absent,  # the stream was idle when nearly every
+                                         # asked read arrived: said beside a finding that stays one
+     "caused_by": ["file:line", ...] | absent,   # a backward-symptom: the forward op(s) to change
+     "backward_site": "file:line" | absent,      # a data-dependent-shape op whose backward syncs there
      "tensor": {"shape": [...], "dtype": str, "device": str}}   # when a wrapper saw it
 
 The other kinds' ``details`` are documented by the memory and race checks.
@@ -237,7 +244,7 @@ def build_report(
         report["inactive"] = inactive
     if steps is not None:
         report["steps"] = dict(steps)
-    else:
+    elif tests is not None:  # exactly one of the two (checked above)
         report["tests"] = dict(tests)
     for name, summary in (summaries or {}).items():
         report[name] = summary
@@ -325,7 +332,8 @@ def finding_line(finding: Finding, root: Optional[str] = None) -> str:
     details = finding.details if isinstance(finding.details, dict) else {}
     rule = f" [{finding.rule}]" if finding.rule else ""
     if finding.kind == "sync":
-        return f"{where}: sync {details.get('sync_kind', 'other')} {ranking.cost_text(finding)} — {finding.fix_hint}{rule}"
+        cost = ranking.cost_text(finding)
+        return f"{where}: sync {details.get('sync_kind', 'other')} {cost} — {finding.fix_hint}{rule}"
     parts = [f"{where}: {finding.kind} x{finding.count}", finding.message]
     if finding.fix_hint:
         parts.append(finding.fix_hint)

@@ -66,11 +66,8 @@ class _BuildTap(argparse.Action):
         parser.exit(0, f"{parser.prog}: native tap ready: {module.__file__}\n")
 
 
-def _parser(prog: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=prog,
-        description="Run a Python script under the torchlint GPU sanitizer.",
-    )
+def add_session_options(parser: argparse.ArgumentParser) -> None:
+    """The options of a sanitized run: the runner's, and the Jupyter magics' (jupyter.py)."""
     parser.add_argument("--checks", default="all", metavar="CHECKS",
                         help=f"comma-separated checks ({', '.join(CHECKS)}, or all; default all)")
     parser.add_argument("--report-json", default=None, metavar="PATH", help="write the JSON report to PATH")
@@ -83,8 +80,16 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument("--fail-on", default=None, metavar="KINDS",
                         help="finding kinds that count as failing for --strict (default: all kinds)")
     parser.add_argument("--strict", action="store_true",
-                        help="exit 3 when the script exits 0 but failing findings exist")
+                        help="exit 3 when the script exits 0 but failing findings exist (in Jupyter: the cell fails)")
     parser.add_argument("--limit", type=int, default=10, metavar="N", help="sites shown in the summary (default 10)")
+
+
+def _parser(prog: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="Run a Python script under the torchlint GPU sanitizer.",
+    )
+    add_session_options(parser)
     parser.add_argument("--build-tap", action=_BuildTap,
                         help="build the race check's native tap now (else on first use) and exit")
     parser.add_argument("script", help="the Python script to run")
@@ -145,7 +150,9 @@ def run_script(path: str, args: List[str], at_end: Optional[Callable[[], None]] 
         etype, value, tb = sys.exc_info()
         while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) != script:
             tb = tb.tb_next
-        traceback.print_exception(etype, value, tb if tb is not None else value.__traceback__)
+        if tb is None and value is not None:
+            tb = value.__traceback__
+        traceback.print_exception(etype, value, tb)
         return 1
     finally:
         sys.argv = saved_argv
@@ -219,8 +226,8 @@ def main(argv: Optional[List[str]] = None, prog: str = "torchlint-sanitize") -> 
     if options.warmup_steps < 0:
         print(f"{prog}: error: --warmup-steps must be >= 0", file=sys.stderr)
         return 2
-    from .session import SanitizerSession, parse_fail_on
     from .findings import KINDS
+    from .session import SanitizerSession, parse_fail_on
 
     try:
         fail_on = parse_fail_on(options.fail_on) if options.fail_on else frozenset(KINDS)

@@ -63,7 +63,7 @@ import contextlib
 import importlib
 import threading
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Protocol
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Protocol, Set
 
 from .findings import CHECKS, KINDS, Finding, is_per_step_cost
 
@@ -87,7 +87,7 @@ def parse_fail_on(text: str) -> frozenset:
     Raises ValueError naming the valid selectors on an unknown one.
     """
     names = {part.strip() for part in text.split(",") if part.strip()}
-    selectors = set()
+    selectors: Set[str] = set()
     for name in names:
         if name == "none":
             continue
@@ -282,7 +282,7 @@ class SanitizerSession:
         classes = [(name, load_check_class(name)) for name in START_ORDER if name in self.checks]
         started: List[Check] = []
         try:
-            for name, cls in classes:
+            for _name, cls in classes:
                 check = cls(self)
                 check.start()
                 started.append(check)

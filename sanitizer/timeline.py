@@ -124,7 +124,7 @@ class MemorySeries:
                 row[1], row[2], row[3] = max(row[1], allocated), max(row[2], reserved), max(row[3], segments)
                 self.merged += 1
             self._open_count += 1
-            if self._open_count >= self._width:
+            if self._open_count >= self._width and self._open is not None:
                 self.rows.append(self._open)
                 self._open, self._open_count = None, 0
                 if len(self.rows) >= self.max_rows:

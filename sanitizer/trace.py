@@ -81,7 +81,7 @@ def trace_events(report: Dict[str, Any]) -> Dict[str, Any]:
             "args": {"where": _where(file, line), "rule": rule, "step": step,
                      "host_wait_ms": None if wait is None else round(wait * 1e3, 4)},
         })
-    for t, allocated, reserved, segments, step in timeline.get("memory", []):
+    for t, allocated, reserved, _segments, _step in timeline.get("memory", []):
         events.append({"ph": "C", "name": "GPU memory allocated", "cat": "memory", "pid": pid, "ts": _us(t),
                        "args": {"bytes": allocated}})
         events.append({"ph": "C", "name": "GPU memory reserved", "cat": "memory", "pid": pid, "ts": _us(t),

@@ -6,6 +6,8 @@ Exit codes: 0 no findings left (or all fixed); 1 findings remain, or
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import io
 import json
 import os
 import sys
@@ -14,15 +16,18 @@ from typing import Dict, List, Optional, Sequence, TextIO, Tuple
 
 from torchlint import __version__
 from torchlint.cache import CACHE_DIR_ENV, DEFAULT_DIR, ResultCache, clean_command
-from torchlint.config import OUTPUT_FORMATS, Config, ConfigError, ConfigFinder, apply_table, parse_version
+from torchlint.color import CHOICES as COLOR_CHOICES
+from torchlint.color import Painter, use_color
+from torchlint.config import OUTPUT_FORMATS, Config, ConfigError, ConfigFinder, apply_table, parse_size, parse_version
 from torchlint.discovery import DiscoveryOptions, discover
 from torchlint.linter import FileOptions, syntax_error
 from torchlint.progress import Progress
 from torchlint.project import ProjectFacts, Projects
 from torchlint.registry import all_rules
-from torchlint.reporters import MACHINE_FORMATS, ReportContext, reporters
+from torchlint.reporters import MACHINE_FORMATS, ReportContext, printable_path, reporters
 from torchlint.rule import Diagnostic
-from torchlint.runner import ADD_NOQA, CHECK, DIFF, FIX, FileResult, Job, default_workers, fixable_summary, run, run_text
+from torchlint.runner import ADD_NOQA, CHECK, DIFF, FIX, FileResult, Job, default_workers, fix_to_fixed_point, fixable_summary, run, run_text
+from torchlint.source import DEFAULT_MAX_BYTES, write_atomic
 from torchlint.selection import (
     Layer,
     SelectorError,
@@ -77,20 +82,26 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--statistics", action="store_true", help="count findings per rule instead of listing them")
     out.add_argument("--runtime-report", action="append", default=[], metavar="PATH",
                      help="a torchlint-sanitize JSON report: join what the run measured with the findings (repeatable, one per rank)")
+    out.add_argument("-w", "--watch", action="store_true", help="lint again whenever a Python file or a config changes (Ctrl-C stops)")
     out.add_argument("-e", "--exit-zero", action="store_true", help="exit 0 even when findings remain (2 still means an error)")
     out.add_argument("--exit-non-zero-on-fix", action="store_true", help="exit 1 when any file was changed, even if nothing is left")
     out.add_argument("-q", "--quiet", action="store_true", help="print findings only, no summary")
     out.add_argument("-s", "--silent", action="store_true", help="print nothing; only the exit code")
+    out.add_argument("--color", choices=COLOR_CHOICES, default="auto",
+                     help="colour the text formats: auto (on a terminal, unless NO_COLOR is set or FORCE_COLOR is), always, never")
     files = parser.add_argument_group("files and configuration")
     files.add_argument("--config", action="append", default=[], metavar="PATH|KEY=VALUE", help="a config file, or a TOML `key = value` override")
     files.add_argument("--isolated", action="store_true", help="ignore every configuration file")
     files.add_argument("--stdin-filename", help="the path to report (and configure) stdin as")
     files.add_argument("--exclude", type=_codes, help="patterns to exclude, replacing the defaults")
     files.add_argument("--extend-exclude", type=_codes, action="append", default=[], help="patterns to exclude on top of the defaults")
+    files.add_argument("--extend-include", type=_codes, action="append", default=[],
+                       help="file patterns to lint beside *.py, *.pyi and *.ipynb (e.g. '*.pyw')")
     files.add_argument("--force-exclude", action="store_true", default=None, help="apply excludes to files named on the command line too")
     files.add_argument("--no-respect-gitignore", dest="respect_gitignore", action="store_false", default=None)
     files.add_argument("--show-files", action="store_true", help="list the files that would be linted, then exit")
     files.add_argument("--show-settings", action="store_true", help="show the settings for the first file, then exit")
+    files.add_argument("--max-file-size", metavar="SIZE", help="files larger than this are one TL000, not linted (bytes, or e.g. 2MB; default 1MiB)")
     files.add_argument("-j", "--jobs", type=int, default=None, help="worker processes (default: all cores)")
     files.add_argument("-n", "--no-cache", action="store_true", help="lint every file again; do not read or write the result cache")
     files.add_argument("--cache-dir", default=None, metavar="PATH", help=f"where the result cache lives (default: ${CACHE_DIR_ENV}, else ./{DEFAULT_DIR})")
@@ -130,6 +141,10 @@ class Settings:
         cli_pfi = parse_cli_per_file_ignores(args.per_file_ignores + args.extend_per_file_ignores)
         self.cli_ignores = parse_per_file_ignores(cli_pfi, os.getcwd(), self.rules)
         self.target_torch = parse_version(args.target_torch) if args.target_torch else None
+        try:
+            self.max_file_size = parse_size(args.max_file_size) if args.max_file_size is not None else None
+        except ValueError as exc:
+            raise UsageError(f"--max-file-size: {exc}") from None
         self._options: Dict[Tuple, FileOptions] = {}
         self._configs: Dict[int, Config] = {}
         self._warned: set = set()
@@ -147,6 +162,9 @@ class Settings:
             apply_table(merged, self.overrides, "--config", self.rules)
             self._configs[key] = merged
         return self._configs[key]
+
+    def max_bytes(self, config: Config) -> int:
+        return self.max_file_size or config.max_file_size or DEFAULT_MAX_BYTES
 
     def preview(self, config: Config) -> bool:
         return bool(self.args.preview if self.args.preview is not None else config.preview)
@@ -203,6 +221,11 @@ class Settings:
             self._options[key] = cached
         return cached
 
+    def refreshed(self, jobs: List[Job]) -> List[Job]:
+        """``jobs`` with their options computed again (fixes changed the project's facts)."""
+        self._options.clear()
+        return [dataclasses.replace(job, options=self.file_options(job.path)) for job in jobs]
+
     def unsafe_fixes(self, config: Config) -> bool:
         if self.args.unsafe_fixes is not None:
             return self.args.unsafe_fixes
@@ -222,6 +245,7 @@ class Settings:
         return DiscoveryOptions(
             exclude=args.exclude if args.exclude is not None else config.exclude,
             extend_exclude=config.extend_exclude + _flatten(args.extend_exclude),
+            extend_include=config.extend_include + _flatten(args.extend_include),
             respect_gitignore=config.respect_gitignore if args.respect_gitignore is None else args.respect_gitignore,
             force_exclude=bool(args.force_exclude if args.force_exclude is not None else config.force_exclude),
             root=config.root if config.path else os.getcwd(),
@@ -256,7 +280,25 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return clean_command(argv[1:])
     if argv and argv[0] == "check":
         argv = argv[1:]
+    if argv and argv[0] == "server":
+        try:
+            from torchlint.server import main as server_main
+        except ImportError as exc:
+            if exc.name not in ("pygls", "lsprotocol") and not str(exc.name).startswith(("pygls.", "lsprotocol.")):
+                raise
+            print("torchlint: error: `torchlint server` needs the server extra: pip install 'torchlint[server]'", file=sys.stderr)
+            return 2
+        return server_main(argv[1:])
     args = build_parser().parse_args(argv)
+    try:
+        if args.watch:
+            return _watch(args)
+        return _check_reporting_errors(args)
+    except KeyboardInterrupt:
+        return 130
+
+
+def _check_reporting_errors(args: argparse.Namespace) -> int:
     try:
         return _check(args)
     except (ConfigError, SelectorError, UsageError, ValueError) as exc:
@@ -264,6 +306,44 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # `torchlint . | head`: the reader has what it wanted. End quietly with
+        # ruff's exit code for a closed pipe (0), and keep Python's own flush
+        # at exit from raising again.
+        _silence_stdout()
+        return 0
+    except ReportWriteError as exc:
+        print(f"torchlint: error: {exc}", file=sys.stderr)
+        return 2
+
+
+class ReportWriteError(Exception):
+    """The report could not be written (a full disk, a vanished folder)."""
+
+
+def _silence_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # pragma: no cover - stdout is not a real file
+        pass
+
+
+def _watch(args: argparse.Namespace) -> int:
+    from torchlint.watch import watch
+
+    paths = args.paths or ["."]
+    if "-" in paths or _mode(args) != CHECK:
+        print("torchlint: error: --watch lints files: it cannot read stdin or be combined with --fix, --diff or --add-noqa",
+              file=sys.stderr)
+        return 2
+    missing = [path for path in paths if not os.path.exists(path)]
+    if missing:
+        print(f"torchlint: error: {missing[0]}: no such file or directory to watch", file=sys.stderr)
+        return 2
+    # A config broken mid-edit is reported, and the watch goes on.
+    return watch(lambda: _check_reporting_errors(args), paths)
 
 
 def _mode(args: argparse.Namespace) -> str:
@@ -298,28 +378,89 @@ def _check(args: argparse.Namespace) -> int:
             "enabled": sorted(r.code for r in options.rules), "rule-options": options.rule_options,
         }, indent=2))
         return 0
+    _refuse_source_as_output(args, files)
     jobs = []
+    broken_configs: Dict[str, int] = {}  # a nested config that does not load -> files it left unlinted
     for path in files:
-        config = settings.config_for(path)
-        jobs.append(Job(path, settings.file_options(path), mode, settings.unsafe_fixes(config), settings.fixable(config), args.add_noqa or None))
+        try:
+            config = settings.config_for(path)
+            options = settings.file_options(path)
+        except ConfigError as exc:
+            # A broken pyproject.toml below the root (a test fixture, a vendored
+            # project) costs its own subtree, not the run.
+            broken_configs[str(exc)] = broken_configs.get(str(exc), 0) + 1
+            continue
+        jobs.append(Job(path, options, mode, settings.unsafe_fixes(config), settings.fixable(config),
+                        args.add_noqa or None, settings.max_bytes(config)))
     settings.warn_if_only_preview_selected()
     workers = args.jobs if args.jobs is not None else default_workers()
     cache = ResultCache(args.cache_dir) if mode == CHECK and not args.no_cache else None
     report_to = _open_output_file(args)  # before any file is fixed: a bad path must not fail after
     with Progress.for_run(args, len(jobs)) as progress:
-        results = run(jobs, max(1, workers), cache, progress.update, settings.projects)
+        if mode == FIX:
+            results = fix_to_fixed_point(jobs, max(1, workers), progress.update, settings.refreshed, settings.projects)
+        else:
+            results = run(jobs, max(1, workers), cache, progress.update, settings.projects)
     results.extend(FileResult(path, [syntax_error(path, reason)]) for path, reason in missing)
     unsafe = settings.unsafe_fixes(settings.config_for(os.path.join(os.getcwd(), "x.py")))
-    return _finish(args, results, mode, unsafe, sys.stdout, report_to)
+    code = _finish(args, results, mode, unsafe, sys.stdout, report_to)
+    for message, count in broken_configs.items():
+        print(f"torchlint: error: {message} ({count} file{'s' if count != 1 else ''} under it not linted)", file=sys.stderr)
+    return 2 if broken_configs else code
+
+
+_SOURCE_SUFFIXES = (".py", ".pyi", ".pyw", ".ipynb")
+
+
+def _refuse_source_as_output(args: argparse.Namespace, files: Sequence[str]) -> None:
+    """``-o train.py`` (the report name forgotten) must not replace a source:
+    the report may not go to a linted file, nor over an existing Python file."""
+    if not args.output_file:
+        return
+    target = os.path.realpath(args.output_file)
+    if any(os.path.realpath(path) == target for path in files):
+        raise UsageError(f"{args.output_file}: the output file is one of the linted files; refusing to overwrite it")
+    if os.path.isfile(target) and target.endswith(_SOURCE_SUFFIXES):
+        raise UsageError(f"{args.output_file}: the output file is a Python source; refusing to overwrite it")
+
+
+class _OutputFile(io.StringIO):
+    """``-o PATH``: the report is collected, then written all at once when
+    closed, so a full disk leaves the previous report (or none), never half."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__()
+        self.path = path
+
+    def close(self) -> None:
+        if not self.closed:
+            data = self.getvalue().encode("utf-8", "backslashreplace")
+            super().close()
+            try:
+                if os.path.exists(self.path) and not os.path.isfile(self.path):
+                    # /dev/stdout, a FIFO, a device: written into, never renamed over.
+                    with open(self.path, "wb") as handle:
+                        handle.write(data)
+                else:
+                    write_atomic(os.path.realpath(self.path), data)
+            except OSError as exc:
+                raise ReportWriteError(f"{self.path}: cannot write the report: {exc.strerror or exc}") from None
 
 
 def _open_output_file(args: argparse.Namespace) -> Optional[TextIO]:
     if not args.output_file:
         return None
-    try:
-        return open(args.output_file, "w", encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"{args.output_file}: cannot write the output file: {exc.strerror or exc}") from None
+    path = args.output_file
+    # Checked now (a missing folder, a directory, no permission) so that it
+    # fails before any file is fixed; written at the end.
+    if os.path.isdir(path):
+        raise UsageError(f"{path}: cannot write the output file: Is a directory")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise UsageError(f"{path}: cannot write the output file: No such file or directory")
+    if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise UsageError(f"{path}: cannot write the output file: Permission denied")
+    return _OutputFile(path)
 
 
 def _check_stdin(args: argparse.Namespace, settings: Settings, mode: str) -> int:
@@ -376,16 +517,24 @@ def _finish(args: argparse.Namespace, results: List[FileResult], mode: str, unsa
         diagnostics = runtime_join.sort_measured_first(diagnostics, ctx.runtime)
     handle = report_to
     out: TextIO = handle if handle is not None else stream
+    if output_format not in MACHINE_FORMATS:
+        ctx.paint = Painter(use_color(args.color, out))
     try:
         if not args.silent:
             _report(args, results, diagnostics, ctx, out, mode, unsafe, output_format, fixed_total)
+        if handle is None:
+            out.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as exc:  # a full disk or a closed terminal under the report
+        raise ReportWriteError(f"cannot write the report: {exc.strerror or exc}") from None
     finally:
         if handle is not None:
             handle.close()
     for error in internal:
-        print(f"torchlint: error: {error.path}: internal error in rule {error.rule}; please report it:\n{error.traceback}", file=sys.stderr)
+        print(f"torchlint: error: {printable_path(error.path)}: internal error in rule {error.rule}; please report it:\n{error.traceback}", file=sys.stderr)
     for path, reason in fix_errors:
-        print(f"torchlint: error: {path}: {reason}", file=sys.stderr)
+        print(f"torchlint: error: {printable_path(path)}: {reason}", file=sys.stderr)
     if internal:
         return 2
     if mode == DIFF:

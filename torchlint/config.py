@@ -43,10 +43,12 @@ class Config:
     preview: Optional[bool] = None  # run preview rules (torchlint.lifecycle)
     exclude: Optional[List[str]] = None
     extend_exclude: List[str] = field(default_factory=list)
+    extend_include: List[str] = field(default_factory=list)  # file patterns linted beside *.py, *.pyi, *.ipynb
     respect_gitignore: bool = True
     force_exclude: bool = False
     output_format: Optional[str] = None
     target_torch: Optional[Tuple[int, int]] = None
+    max_file_size: Optional[int] = None  # bytes; None: source.DEFAULT_MAX_BYTES
     rule_options: Dict[str, Dict[str, Any]] = field(default_factory=dict)
 
 
@@ -58,6 +60,7 @@ _LIST_KEYS = {
     "unfixable": "unfixable",
     "exclude": "exclude",
     "extend-exclude": "extend_exclude",
+    "extend-include": "extend_include",
 }
 _BOOL_KEYS = {
     "unsafe-fixes": "unsafe_fixes",
@@ -67,7 +70,7 @@ _BOOL_KEYS = {
 }
 _TABLE_KEYS = {"per-file-ignores", "extend-per-file-ignores"}
 _SELECTOR_KEYS = {"select", "extend-select", "ignore", "fixable", "unfixable"}
-KNOWN_KEYS = sorted(set(_LIST_KEYS) | set(_BOOL_KEYS) | _TABLE_KEYS | {"output-format", "target-torch", "rules"})
+KNOWN_KEYS = sorted(set(_LIST_KEYS) | set(_BOOL_KEYS) | _TABLE_KEYS | {"output-format", "target-torch", "max-file-size", "rules"})
 
 
 def parse_version(text: str) -> Tuple[int, int]:
@@ -75,6 +78,24 @@ def parse_version(text: str) -> Tuple[int, int]:
     if not match:
         raise ValueError(f"expected a version like \"2.4\", got {text!r}")
     return int(match.group(1)), int(match.group(2))
+
+
+_SIZE = re.compile(r"^\s*(\d+)\s*(B|KB|KIB|MB|MIB|GB|GIB)?\s*$", re.IGNORECASE)
+_UNITS = {"B": 1, "KB": 1000, "KIB": 1024, "MB": 1000**2, "MIB": 1024**2, "GB": 1000**3, "GIB": 1024**3}
+
+
+def parse_size(value: Any) -> int:
+    """A file size: a whole number of bytes, or a string such as "2MB" or "512KiB"."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        size = value
+    else:
+        match = _SIZE.match(value) if isinstance(value, str) else None
+        if match is None:
+            raise ValueError(f"expected a number of bytes or a size such as \"2MB\", got {value!r}")
+        size = int(match.group(1)) * _UNITS[(match.group(2) or "B").upper()]
+    if size <= 0:
+        raise ValueError(f"expected a size above zero, got {value!r}")
+    return size
 
 
 def load_toml(path: str) -> Dict[str, Any]:
@@ -133,10 +154,19 @@ def apply_table(config: Config, table: Dict[str, Any], where: str, rules: Dict[s
                 raise ConfigError(f"{where}: output-format: unknown format {value!r}; expected one of {', '.join(OUTPUT_FORMATS)}")
             config.output_format = value
         elif key == "target-torch":
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                # TOML reads 2.10 as the number 2.1: the minor version would be lost.
+                raise ConfigError(f"{where}: target-torch: {value!r} is a TOML number, which cannot tell 2.1 from 2.10; "
+                                  f"write the version as a string, e.g. target-torch = \"2.10\"")
             try:
                 config.target_torch = parse_version(value)
             except ValueError as exc:
                 raise ConfigError(f"{where}: target-torch: {exc}") from None
+        elif key == "max-file-size":
+            try:
+                config.max_file_size = parse_size(value)
+            except ValueError as exc:
+                raise ConfigError(f"{where}: max-file-size: {exc}") from None
         elif key == "rules":
             config.rule_options = parse_rule_options(value, where, rules)
         else:

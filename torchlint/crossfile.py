@@ -29,7 +29,7 @@ from typing import Callable, Dict, List, Optional, Set, Tuple, Union
 import libcst as cst
 
 from torchlint.collector import Collector
-from torchlint.facts import FunctionInfo, LoaderInfo, does_per_item_work
+from torchlint.facts import FunctionInfo, LoaderInfo, does_per_item_work, uses_default_collate
 from torchlint.model import FileModel
 from torchlint.names import dotted_name
 from torchlint.project import Project, Projects
@@ -44,6 +44,9 @@ class PassedLoader:
     key: Union[int, str]  # the argument's position, or its keyword
     pinned: Optional[bool]
     where: str  # "main.py:12", for messages
+    # batches come from torch's default collate (no ``collate_fn``): tensors,
+    # not objects of the project's own classes (TL201's fix needs to know)
+    default_collate: bool = False
 
 
 class ProjectIndex:
@@ -125,7 +128,7 @@ class ProjectAnalysis:
                         continue
                     key: Union[int, str] = arg.keyword.value if arg.keyword is not None else position
                     row = _row(ctx.source, loader.call)
-                    index.add(callee, function, PassedLoader(key, loader.pinned, f"{os.path.basename(path)}:{row}"))
+                    index.add(callee, function, PassedLoader(key, loader.pinned, f"{os.path.basename(path)}:{row}", uses_default_collate(loader.call)))
         return index
 
     # -- a parameter no call in the file binds: the loader other files pass for it
@@ -144,7 +147,10 @@ class ProjectAnalysis:
         if not matching:
             return None
         chosen = next((p for p in matching if p.pinned), matching[0])
-        return LoaderInfo(call=None, target=param, pinned=chosen.pinned, num_workers=None, sampler=None, function=None, where=chosen.where)  # type: ignore[arg-type]
+        return LoaderInfo(
+            call=None, target=param, pinned=chosen.pinned, num_workers=None, sampler=None, function=None,  # type: ignore[arg-type]
+            where=chosen.where, default_collate=chosen.default_collate,
+        )
 
     # -- the other direction: does the function a loader is passed to copy its batches?
     def copied_elsewhere(self, ctx: FileModel, loader: "LoaderInfo") -> Optional[str]:

@@ -1,6 +1,7 @@
 """Which files to lint: ruff's discovery rules.
 
-Directories are walked for ``*.py`` and ``*.pyi``, skipping the default
+Directories are walked for ``*.py``, ``*.pyi`` and ``*.ipynb`` (plus what
+``extend-include`` adds), skipping the default
 excludes, ``--exclude``/``--extend-exclude`` patterns and, unless turned off,
 what ``.gitignore`` files ignore. A file named on the command line is always
 linted, unless ``--force-exclude`` is given (pre-commit passes every file by
@@ -11,7 +12,7 @@ from __future__ import annotations
 import fnmatch
 import os
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence, Tuple
+from typing import Iterator, List, Optional, Sequence, Tuple
 
 from torchlint import gitignore
 
@@ -21,13 +22,14 @@ DEFAULT_EXCLUDES = (
     ".torchlint_cache", ".venv", ".vscode", "__pypackages__", "__pycache__", "_build", "buck-out",
     "build", "dist", "node_modules", "site-packages", "venv",
 )
-EXTENSIONS = (".py", ".pyi")
+EXTENSIONS = (".py", ".pyi", ".ipynb")
 
 
 @dataclass
 class DiscoveryOptions:
     exclude: Optional[Sequence[str]] = None  # replaces the defaults when given
     extend_exclude: Sequence[str] = field(default_factory=list)
+    extend_include: Sequence[str] = field(default_factory=list)  # ruff's: patterns of more files to lint
     respect_gitignore: bool = True
     force_exclude: bool = False
     root: str = field(default_factory=os.getcwd)  # exclude patterns with a slash are relative to it
@@ -53,6 +55,11 @@ def _excluded(path: str, options: DiscoveryOptions) -> bool:
         elif fnmatch.fnmatchcase(relative, pattern.lstrip("/")) or fnmatch.fnmatchcase(absolute.replace(os.sep, "/"), pattern):
             return True
     return False
+
+
+def _included(path: str, options: DiscoveryOptions) -> bool:
+    """Does an ``extend-include`` pattern take this file? Patterns match as excludes do."""
+    return bool(options.extend_include) and _excluded(path, DiscoveryOptions(exclude=list(options.extend_include), root=options.root))
 
 
 def _force_excluded(path: str, options: DiscoveryOptions) -> bool:
@@ -99,7 +106,7 @@ def discover(paths: Sequence[str], options: DiscoveryOptions) -> Tuple[List[str]
                 continue
             for path in _walk(given, options, missing):
                 add(path)
-        elif os.path.islink(given):  # a dangling link or a link loop: reading it says why
+        elif os.path.lexists(given):  # a dangling link, a link loop, a FIFO, a device: reading it says why
             add(given)
         else:
             missing.append((given, "No such file or directory (os error 2)"))
@@ -107,10 +114,13 @@ def discover(paths: Sequence[str], options: DiscoveryOptions) -> Tuple[List[str]
 
 
 def _walk(root: str, options: DiscoveryOptions, unreadable: List[Tuple[str, str]]) -> List[str]:
+    """Depth first, entries in name order, with an explicit stack: a tree
+    thousands of folders deep costs no recursion."""
     found: List[str] = []
     base_stack = gitignore.for_root(root) if options.respect_gitignore else gitignore.IgnoreStack()
+    pending: List[Tuple[Iterator[os.DirEntry], gitignore.IgnoreStack]] = []
 
-    def visit(directory: str, stack: gitignore.IgnoreStack) -> None:
+    def enter(directory: str, stack: gitignore.IgnoreStack) -> None:
         if options.respect_gitignore:
             stack = stack.child(directory)
         try:
@@ -119,21 +129,28 @@ def _walk(root: str, options: DiscoveryOptions, unreadable: List[Tuple[str, str]
         except OSError as exc:
             unreadable.append((directory, f"cannot read directory: {os_reason(exc)}"))
             return
-        for entry in entries:
-            path = entry.path
-            try:
-                is_dir = entry.is_dir(follow_symlinks=True)
-            except OSError:  # a symlink loop: a *.py one is reported when it is read
-                is_dir = False
-            if _excluded(path, options):
-                continue
-            if options.respect_gitignore and stack.ignored(os.path.abspath(path), is_dir):
-                continue
-            if is_dir:
-                if not entry.is_symlink():
-                    visit(path, stack)
-            elif entry.name.endswith(EXTENSIONS):
-                found.append(path)
+        pending.append((iter(entries), stack))
 
-    visit(root, base_stack)
+    enter(root, base_stack)
+    while pending:
+        entries, stack = pending[-1]
+        entry = next(entries, None)
+        if entry is None:
+            pending.pop()
+            continue
+        path = entry.path
+        try:
+            is_dir = entry.is_dir(follow_symlinks=True)
+        except OSError:  # a symlink loop: a *.py one is reported when it is read
+            is_dir = False
+        if _excluded(path, options):
+            continue
+        if options.respect_gitignore and stack.ignored(os.path.abspath(path), is_dir):
+            continue
+        if is_dir:
+            if not entry.is_symlink():
+                enter(path, stack)
+        elif entry.name.endswith(EXTENSIONS) or _included(path, options):
+            # FIFOs, devices and sockets are listed too: reading refuses them on one line.
+            found.append(path)
     return found

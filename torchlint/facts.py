@@ -132,6 +132,17 @@ class LoaderInfo:
     function: Optional[FunctionInfo]
     # for a loader built in another file of the project: "main.py:12"
     where: Optional[str] = None
+    # a loader passed in from another file (``call`` is None there): built without a ``collate_fn``
+    default_collate: bool = False
+
+
+def uses_default_collate(call: Optional[cst.Call]) -> bool:
+    """``DataLoader(...)`` without a ``collate_fn`` (by keyword, by position,
+    or possibly inside ``**kwargs``): its batches are torch tensors."""
+    if call is None:
+        return False
+    positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
+    return len(positional) <= 6 and not any(arg.star or (arg.keyword is not None and arg.keyword.value == "collate_fn") for arg in call.args)
 
 
 def _short(node: cst.CSTNode, depth: int = 0) -> str:

@@ -1,6 +1,9 @@
 """Apply fixes to a fixed point, and never leave code that does not parse."""
 from __future__ import annotations
 
+import io
+import sys
+import tokenize
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional, Sequence, Tuple
@@ -43,12 +46,53 @@ def fix_text(
         if not candidates:
             return FixResult(text, applied, output)
         new_text, codes = apply_fixes(text, candidates)
-        message = why_unparsable(new_text)
+        message = why_unparsable(new_text) or needs_newer_python(text, new_text)
         if message is not None:  # the result must parse, or nothing is written
             return FixResult(original, Counter(), lint_text(original, path, options, projects), f"a fix produced code that does not parse ({message}); file left unchanged")
         text = new_text
         applied.update(codes)
     return FixResult(original, Counter(), lint_text(original, path, options, projects), f"fixes did not converge after {MAX_PASSES} passes; file left unchanged")
+
+
+def needs_newer_python(before: str, after: str) -> Optional[str]:
+    """Why ``after`` would not parse on Pythons older than the one running
+    (fixes must not raise the Python a project needs), or None.
+
+    CPython's ``compile()`` checks the running grammar only. From 3.12 on, an
+    f-string may hold its own quote, backslashes and comments (PEP 701), which
+    3.11 and older reject: a fix that adds such an f-string is refused, as it
+    is when torchlint runs on 3.11. Counting against ``before`` keeps code
+    that already needs 3.12 fixable."""
+    if sys.version_info < (3, 12):
+        return None  # compile() already applied the older grammar
+    added = pre_pep701_problems(after) - pre_pep701_problems(before)
+    if added > 0:
+        return "a fix would put a quote, backslash or comment inside an f-string, which Python 3.11 and older cannot parse"
+    return None
+
+
+def pre_pep701_problems(text: str) -> int:
+    """How many places in ``text``'s f-strings Python < 3.12 rejects (PEP 701 lifted them)."""
+    problems = 0
+    enclosing: List[str] = []  # the quote of each open f-string, innermost last
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(text).readline):
+            kind = token.type
+            if kind == tokenize.FSTRING_START:  # type: ignore[attr-defined]
+                quote = token.string.lstrip("fFrRbBuU")
+                problems += any(outer in quote for outer in enclosing)
+                enclosing.append(quote)
+            elif kind == tokenize.FSTRING_END:  # type: ignore[attr-defined]
+                if enclosing:
+                    enclosing.pop()
+            elif enclosing and kind != tokenize.FSTRING_MIDDLE:  # type: ignore[attr-defined]
+                if kind == tokenize.STRING:
+                    problems += any(outer in token.string for outer in enclosing) or "\\" in token.string
+                elif kind == tokenize.COMMENT:
+                    problems += 1
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        return 0
+    return problems
 
 
 def apply_fixes(text: str, fixes: Sequence[Tuple[str, ResolvedFix]]) -> Tuple[str, List[str]]:

@@ -21,6 +21,7 @@ from torchlint.lifecycle import in_default_set
 from torchlint.linter import FileOptions, lint_text
 from torchlint.project import ProjectFacts, Projects
 from torchlint.registry import all_rules
+from torchlint.source import DecodeError, decode, read_bytes
 
 
 def _parse_rule_options(entries: Sequence[str]) -> Dict[str, Dict[str, Any]]:
@@ -85,12 +86,33 @@ class TorchlintChecker:
             ignore_noqa=True,
         )
 
+    def _undecodable(self) -> "str | None":
+        """Why the file's own bytes do not decode as the CLI decodes them (None: they do)."""
+        if self.filename in ("-", "stdin", "(none)"):
+            return None
+        try:
+            data = read_bytes(self.filename, None)
+        except OSError:
+            return None  # flake8 read it somehow (stdin-display-name...): trust its lines
+        try:
+            decode(data)
+        except DecodeError as exc:
+            return str(exc)
+        return None
+
     def run(self) -> Iterator[Tuple[int, int, str, Type["TorchlintChecker"]]]:
         options = self.options if self.options.rules else FileOptions(rules=list(all_rules().values()), ignore_noqa=True)
         # The same project facts (supported torch versions) as the CLI sees.
         facts = self.projects.for_path(self.filename).facts() if self.filename and self.filename != "-" else ProjectFacts()
         options = dataclasses.replace(options, project=facts)
-        output = lint_text("".join(self.lines), self.filename, options, self.projects)
+        text = "".join(self.lines)
+        undecodable = self._undecodable()
+        if undecodable is not None:
+            # flake8 falls back to latin-1 where the declared coding fails; the
+            # CLI reports the file as undecodable, and so does the plugin.
+            yield 1, 0, f"TL000 cannot decode file: {undecodable}", type(self)
+            return
+        output = lint_text(text, self.filename, options, self.projects)
         for d in output.diagnostics:
             yield d.row, d.column - 1, f"{d.code} {d.message}", type(self)
         for error in output.errors:

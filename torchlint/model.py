@@ -52,6 +52,7 @@ from torchlint.facts import (
     keyword_value,
     literal_bool,
     positional,
+    uses_default_collate,
 )
 from torchlint.names import ImportTable, dotted_name, last_name
 from torchlint.project import CHECK_TESTS, ProjectFacts, TorchRange, check_tests_option, requires_cuda
@@ -95,7 +96,7 @@ __all__ = [
     "literal_bool", "lives_on_host", "loop_trains", "mentions_cuda_availability", "module_evidence",
     "module_mode_call", "names_a_module", "names_an_optimizer", "optimizer_receiver", "outermost_loop_in_function", "per_batch_anchor",
     "positional", "reads_host", "requires_cuda", "requires_grad_evidence", "scaled_backward", "scaler_call",
-    "steps_optimizer", "tensor_backward", "tensor_evidence", "torch_alias", "training_entry_loop",
+    "steps_optimizer", "tensor_backward", "tensor_evidence", "torch_alias", "training_entry_loop", "uses_default_collate",
 ]
 
 

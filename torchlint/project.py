@@ -39,7 +39,7 @@ import os
 import re
 import sys
 from dataclasses import dataclass, field, replace
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 Version = Tuple[int, int]
 _NO_MINOR_LIMIT = 999
@@ -595,9 +595,11 @@ class Project:
     is a project for the analysis (its imports resolve against its tree) but
     declares nothing: its facts are empty."""
 
-    def __init__(self, root: str, marked: bool) -> None:
+    def __init__(self, root: str, marked: bool, frozen: Optional[Mapping[str, bytes]] = None) -> None:
         self.root = root
         self.marked = marked
+        # absolute path -> the bytes to read instead of the disk (``Projects.freeze``)
+        self._frozen = frozen or {}
         self._facts: Dict[bool, ProjectFacts] = {}
         self._files: Optional[List[str]] = None
         self._texts: Optional[Dict[str, str]] = None
@@ -633,8 +635,11 @@ class Project:
             self._texts = {}
             for path in self.files():
                 try:
-                    with open(path, "rb") as handle:
-                        self._texts[path] = sources.decode(handle.read()).text
+                    data = self._frozen.get(os.path.abspath(path))
+                    if data is None:
+                        with open(path, "rb") as handle:
+                            data = handle.read()
+                    self._texts[path] = sources.decode(data).text
                 except (OSError, sources.DecodeError):
                     continue  # the lint of the file reports it
         return self._texts
@@ -666,6 +671,18 @@ class Projects:
         self._by_folder: Dict[str, Project] = {}
         self._by_root: Dict[str, Project] = {}
         self._consulted: Optional[set] = None
+        self._frozen: Dict[str, bytes] = {}
+
+    def freeze(self, contents: Mapping[str, bytes]) -> None:
+        """Read these files (path -> bytes) from ``contents`` instead of the
+        disk, and forget every project and fact learnt so far; ``freeze({})``
+        ends it. While ``--fix`` rewrites files, other files' facts are read
+        from the contents the round started from (``runner.fix_to_fixed_point``),
+        not from whatever the disk holds when a worker gets there: the fixes
+        of a round never depend on which worker fixed which file first."""
+        self._by_folder.clear()
+        self._by_root.clear()
+        self._frozen = {os.path.abspath(path): data for path, data in contents.items()}
 
     def for_path(self, path: str) -> Project:
         absolute = os.path.abspath(path)
@@ -678,7 +695,7 @@ class Projects:
                 root = _package_folder(folder)
             project = self._by_root.get(root)
             if project is None:
-                project = self._by_root[root] = Project(root, marked)
+                project = self._by_root[root] = Project(root, marked, self._frozen)
             self._by_folder[folder] = project
         return project
 

@@ -140,6 +140,7 @@ class ResolvedEvidence:
     path: str
     row: int
     column: int  # 1-based
+    cell: Optional[int] = None  # a notebook's cell (1-based); ``row`` is then the row in it
 
 
 @dataclass
@@ -158,13 +159,23 @@ class Diagnostic:
     noqa_row: Optional[int] = None
     # The facts the finding rests on, in the order a reader follows them.
     evidence: Tuple[ResolvedEvidence, ...] = ()
+    # In a notebook: the cell (1-based position among all its cells); ``row``
+    # and ``end_row`` are then rows in that cell, ``noqa_row`` the row in the
+    # program of its joined code cells (torchlint.notebook).
+    cell: Optional[int] = None
+
+    @property
+    def place(self) -> str:
+        """``12:5``, or ``cell 4:3:12`` in a notebook: what follows the path."""
+        cell = f"cell {self.cell}:" if self.cell is not None else ""
+        return f"{cell}{self.row}:{self.column}"
 
     @property
     def url(self) -> str:
         return f"{DOCS_URL}#{self.code.lower()}"
 
     def sort_key(self) -> Tuple:
-        return (self.path, self.row, self.column, self.code)
+        return (self.path, self.cell or 0, self.row, self.column, self.code)
 
 
 @dataclass(frozen=True)

@@ -5,12 +5,14 @@ line endings are kept as they are, so a fix changes only what it means to.
 """
 from __future__ import annotations
 
+import codecs
 import contextlib
 import io
 import os
 import re
 import secrets
 import signal
+import stat
 import threading
 import tokenize
 from dataclasses import dataclass
@@ -30,6 +32,13 @@ class SourceFile:
         return text.encode(self.encoding)
 
 
+def _is_text_encoding(encoding: str) -> bool:
+    try:
+        return bool(getattr(codecs.lookup(encoding), "_is_text_encoding", True))
+    except LookupError:
+        return False
+
+
 def decode(data: bytes) -> SourceFile:
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
@@ -38,6 +47,10 @@ def decode(data: bytes) -> SourceFile:
             encoding = "utf-8"
         else:
             raise DecodeError(str(exc)) from None
+    if not _is_text_encoding(encoding):
+        # rot13, hex, base64, zlib_codec...: codecs.lookup knows them, yet they
+        # are not text encodings. CPython: "SyntaxError: encoding problem: rot13".
+        raise DecodeError(f"encoding problem: {encoding} is not a text encoding")
     try:
         text = data.decode(encoding)
     except UnicodeDecodeError as exc:
@@ -45,9 +58,62 @@ def decode(data: bytes) -> SourceFile:
     return SourceFile(text=text, encoding=encoding)
 
 
+class NotASourceFile(OSError):
+    """The path is not a regular file (a FIFO, a device, a socket) or is over
+    the size limit: it is not read at all. The message says why."""
+
+
+DEFAULT_MAX_BYTES = 1024 * 1024  # libcst needs ~3 GB per MB on the worst shapes
+_READ_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+
+
+def describe_size(size: int) -> str:
+    return f"{size / 1024 / 1024:.1f} MiB" if size >= 1024 * 1024 else f"{size / 1024:.1f} KiB"
+
+
+def read_bytes(path: str, max_bytes: Optional[int] = DEFAULT_MAX_BYTES) -> bytes:
+    """The bytes of a regular file, read once. A FIFO is opened without
+    blocking and a device or a link to one (``/dev/zero``) is refused before
+    a byte is read; a file over ``max_bytes`` is refused from its size (and
+    the read stops there should it grow meanwhile)."""
+    fd = os.open(path, _READ_FLAGS)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise NotASourceFile(f"not a regular file ({_kind(info.st_mode)}); not read")
+        if max_bytes is not None and info.st_size > max_bytes:
+            raise NotASourceFile(too_large(info.st_size, max_bytes))
+        chunks = []
+        left = (max_bytes + 1) if max_bytes is not None else -1
+        while left != 0:
+            chunk = os.read(fd, 1 << 20 if left < 0 else min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            if left > 0:
+                left -= len(chunk)
+        data = b"".join(chunks)
+        if max_bytes is not None and len(data) > max_bytes:
+            raise NotASourceFile(too_large(len(data), max_bytes))
+        return data
+    finally:
+        os.close(fd)
+
+
+def too_large(size: int, max_bytes: int) -> str:
+    return f"file is {describe_size(size)}, over max-file-size ({describe_size(max_bytes)}); not linted"
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
 def read(path: str) -> SourceFile:
-    with open(path, "rb") as handle:
-        return decode(handle.read())
+    return decode(read_bytes(path, None))
 
 
 def is_writable(path: str) -> bool:
@@ -62,15 +128,55 @@ def is_writable(path: str) -> bool:
     return bool(mode & 0o222) and os.access(path, os.W_OK)
 
 
-def write_in_place(path: str, data: bytes) -> None:
+class ChangedDuringRun(Exception):
+    """The file no longer holds the bytes that were fixed: it is left as it is."""
+
+
+def write_in_place(path: str, data: bytes, expected: Optional[bytes] = None) -> None:
     """Write a fixed file the way a user expects: through a symlink to its
     target (the link stays a link), keeping a hard link (written in place,
-    since a rename would split it), otherwise atomically."""
+    since a rename would split it), otherwise atomically.
+
+    With ``expected``, the write is a compare-and-replace: under an exclusive
+    ``flock`` on the file (which another torchlint holds for its own write),
+    the file is read again and replaced only if it still holds ``expected``;
+    otherwise ``ChangedDuringRun``. An editor does not take the lock, so its
+    save can only slip into the moment between that comparison and the rename.
+    """
     target = os.path.realpath(path)
-    if os.stat(target).st_nlink > 1:
-        _overwrite(target, data)
-    else:
-        write_atomic(target, data)
+    with _locked(target if expected is not None else None) as current:
+        if expected is not None and current != expected:
+            raise ChangedDuringRun(path)
+        if os.stat(target).st_nlink > 1:
+            _overwrite(target, data)
+        else:
+            write_atomic(target, data)
+
+
+@contextlib.contextmanager
+def _locked(path: Optional[str]) -> Iterator[Optional[bytes]]:
+    """Hold an exclusive lock on the file now at ``path`` and yield its bytes.
+    A file replaced while we waited for the lock is opened and locked again."""
+    if path is None:
+        yield None
+        return
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows: compare without a lock
+        with open(path, "rb") as handle:
+            yield handle.read()
+        return
+    while True:
+        handle = open(path, "rb")
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+            if os.path.samestat(os.fstat(handle.fileno()), os.stat(path)):
+                yield handle.read()
+                return
+        except FileNotFoundError:
+            raise ChangedDuringRun(path) from None
+        finally:
+            handle.close()  # closing releases the lock
 
 
 _HELD_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))

@@ -5,7 +5,7 @@ thread, the snapshots and the OOM observer fill the check's state, and
 ``MemoryCheck.observed()`` freezes it into a ``MemoryRecord``
 (``record.py``), from which the findings and the summary are computed.
 
-Cost model (runtime-hooks §4.1, re-measured on an H200 with torch 2.11):
+Cost model (measured on an H200 with torch 2.11):
 ``torch.cuda.memory_stats()`` costs ~56 µs because it flattens 122 keys in
 Python, the raw ``torch._C._cuda_memoryStats`` behind it ~8 µs,
 ``mem_get_info()`` ~4-6 µs, a snapshot ~0.16 ms, all in a tight loop. In place,
@@ -138,6 +138,9 @@ def _user_stack() -> List[Frame]:
 # ------------------------------------------------------------------ the check
 
 
+# Frozen: one instance serves every check that is not given its own.
+_DEFAULT_THRESHOLDS = frag.Thresholds()
+
 class MemoryCheck(Check):
     """Allocator health for one sanitizer session (the ``memory`` check)."""
 
@@ -152,7 +155,7 @@ class MemoryCheck(Check):
         use_nvml: bool = True,
         clock: Callable[[], float] = time.perf_counter,
         sample_interval_s: float = DEFAULT_SAMPLE_INTERVAL_S,
-        thresholds: frag.Thresholds = frag.Thresholds(),
+        thresholds: frag.Thresholds = _DEFAULT_THRESHOLDS,
         watch_interval_s: Optional[float] = WATCH_INTERVAL_S,
     ) -> None:
         self.session = session
@@ -363,7 +366,8 @@ class MemoryCheck(Check):
             if self._nvml is not None:
                 self._nvml.mark_measurement_start()
         elif self._baseline is not None:
-            grew = (stats.num_device_alloc - previous.num_device_alloc) + (stats.num_device_free - previous.num_device_free)
+            grew = ((stats.num_device_alloc - previous.num_device_alloc)
+                    + (stats.num_device_free - previous.num_device_free))
             if grew > 0:
                 self._churn_intervals += 1
             self._note_steady(step, stats, previous)
@@ -372,7 +376,8 @@ class MemoryCheck(Check):
             self._retry_steps.append(step)
             self._pressure = True
             trigger = "alloc-retry"
-        near_cap = bool(self._cap) and stats.reserved >= NEAR_CAP_FRACTION * self._cap
+        cap = self._cap
+        near_cap = cap is not None and cap != 0 and stats.reserved >= NEAR_CAP_FRACTION * cap
         low_free = total > 0 and free < (1.0 - NEAR_CAP_FRACTION) * total
         if near_cap or low_free:
             self._pressure = True
@@ -402,7 +407,8 @@ class MemoryCheck(Check):
                         stats.num_device_alloc - previous.num_device_alloc,
                         stats.num_device_free - previous.num_device_free))
         if len(samples) >= MAX_STEADY_SAMPLES:
-            merged = [(b[0], b[1], max(a[2], b[2]), a[3] + b[3], a[4] + b[4]) for a, b in zip(samples[::2], samples[1::2])]
+            merged = [(b[0], b[1], max(a[2], b[2]), a[3] + b[3], a[4] + b[4])
+                      for a, b in zip(samples[::2], samples[1::2])]
             if len(samples) % 2:
                 merged.append(samples[-1])
             self._steady_samples = merged
@@ -426,7 +432,10 @@ class MemoryCheck(Check):
             self._device_free, self._device_total = free, total
             self._cap = self._source.cap(total)
             self._min_device_free = free if self._min_device_free is None else min(self._min_device_free, free)
-        return self._device_free, self._device_total
+        device_free, device_total = self._device_free, self._device_total
+        if device_free is None or device_total is None:  # both set together on the first read above
+            raise RuntimeError("the device's free memory was never read")
+        return device_free, device_total
 
     def _under_pressure(self) -> bool:
         return self._pressure or bool(self._ooms)
@@ -436,7 +445,8 @@ class MemoryCheck(Check):
         triggered = sum(1 for s in self._snapshots if s.reason != "session-end")
         # Rate-limited per trigger, so a steady "inactive-split" state never
         # hides the snapshot of a retry that follows it.
-        if triggered >= MAX_TRIGGERED_SNAPSHOTS or now - self._last_snapshot_at.get(reason, -math.inf) < SNAPSHOT_MIN_INTERVAL_S:
+        since_last = now - self._last_snapshot_at.get(reason, -math.inf)
+        if triggered >= MAX_TRIGGERED_SNAPSHOTS or since_last < SNAPSHOT_MIN_INTERVAL_S:
             return
         self._last_snapshot_at[reason] = now
         self._snapshot(reason, step, under_pressure=self._under_pressure())
@@ -473,9 +483,12 @@ class MemoryCheck(Check):
         made by a step sample; each wake still takes the GIL from the training
         thread. So the watcher wakes twice a second then, not at 50 Hz.
         """
+        interval = self.watch_interval_s
+        if interval is None:  # no watcher runs then; asked only by one
+            return PARKED_WAKE_S
         if self._clock() - self._step_looked_at < STEP_LOOK_COVERS_INTERVALS * self.sample_interval_s:
-            return max(self.watch_interval_s, PARKED_WAKE_S)
-        return self.watch_interval_s
+            return max(interval, PARKED_WAKE_S)
+        return interval
 
     def _watch_wake(self) -> bool:
         """One wake of the watcher: a look, unless a recent step sample made it. True if it looked."""
@@ -523,7 +536,8 @@ class MemoryCheck(Check):
         site = self._allocating_site()
         if timeline is not None:
             top = site[0] if site else None
-            timeline.new_segments(stats.num_device_alloc - previous.num_device_alloc, stats.reserved - previous.reserved,
+            timeline.new_segments(stats.num_device_alloc - previous.num_device_alloc,
+                                  stats.reserved - previous.reserved,
                                   top.file if top else None, top.line if top else None, step)
         now = self._clock()
         # Only a segment mapped while cached memory was free can be waste;
@@ -613,7 +627,7 @@ class MemoryCheck(Check):
             try:
                 from ..frames import user_frames_of
 
-                entries = []
+                entries: List[Tuple[str, int, str]] = []
                 while frame is not None and len(entries) < 64:
                     entries.append((frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name))
                     frame = frame.f_back

@@ -257,7 +257,7 @@ class SnapshotMetrics:
 
 def analyze(segments: Iterable[Mapping[str, Any]]) -> SnapshotMetrics:
     """Metrics per (stream, pool) and overall for a snapshot's segments."""
-    pools: Dict[Tuple[int, str], PoolMetrics] = {}
+    pools: Dict[Tuple[Optional[int], str], PoolMetrics] = {}
     per_segment: List[PoolMetrics] = []
     for segment in segments:
         metrics = segment_metrics(segment)
@@ -272,7 +272,8 @@ def analyze(segments: Iterable[Mapping[str, Any]]) -> SnapshotMetrics:
 
     allocated_by_stream: Dict[int, int] = {}
     for metrics in per_segment:
-        allocated_by_stream[metrics.stream] = allocated_by_stream.get(metrics.stream, 0) + metrics.allocated + metrics.awaiting_free
+        stream = metrics.stream if metrics.stream is not None else 0  # a segment's metrics always name it
+        allocated_by_stream[stream] = allocated_by_stream.get(stream, 0) + metrics.allocated + metrics.awaiting_free
     main_stream: Optional[int] = None
     if allocated_by_stream:
         # The stream holding the most live memory; ties go to the default stream (0).
@@ -320,7 +321,8 @@ class FragmentationVerdict:
     reason: str
 
 
-def judge(metrics: SnapshotMetrics, *, under_pressure: bool = False, thresholds: Thresholds = Thresholds()) -> Optional[FragmentationVerdict]:
+def judge(metrics: SnapshotMetrics, *, under_pressure: bool = False,
+          thresholds: Thresholds = Thresholds()) -> Optional[FragmentationVerdict]:
     """Whether the snapshot shows fragmentation worth reporting, and which kind.
 
     Hard fragmentation (free gaps between live blocks, which only freeing the
@@ -476,7 +478,8 @@ class OomVerdict:
 
     def fix_hint(self) -> str:
         if self.cause == FRAGMENTATION:
-            hint = f"set PYTORCH_ALLOC_CONF={self.suggested_alloc_conf}" if self.suggested_alloc_conf else "reduce fragmentation"
+            hint = (f"set PYTORCH_ALLOC_CONF={self.suggested_alloc_conf}" if self.suggested_alloc_conf
+                    else "reduce fragmentation")
             if not self.expandable and self.subtype == "external":
                 hint += "; empty_cache() does not merge blocks that live tensors split"
             if self.subtype == "stream":
@@ -628,7 +631,7 @@ class NewSegmentWaste:
 def new_segment_waste(segments: List[Mapping[str, Any]], known: Iterable[int]) -> List[NewSegmentWaste]:
     """The segments of a snapshot not in ``known`` (addresses) that were mapped although free memory sufficed."""
     known = set(known)
-    pools: Dict[Tuple[int, str], PoolMetrics] = {}
+    pools: Dict[Tuple[Optional[int], str], PoolMetrics] = {}
     fresh = []
     for segment in segments:
         metrics = segment_metrics(segment)
@@ -651,7 +654,7 @@ def new_segment_waste(segments: List[Mapping[str, Any]], known: Iterable[int]) -
         wasted.append(
             NewSegmentWaste(
                 address=int(segment.get("address", 0)),
-                stream=metrics.stream,
+                stream=int(segment.get("stream", 0)),
                 pool=metrics.pool,
                 segment_bytes=metrics.reserved,
                 request=request,

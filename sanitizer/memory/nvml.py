@@ -27,7 +27,7 @@ from ..findings import NEAR_CAPACITY, Finding
 
 DEFAULT_INTERVAL_S = 0.2  # 5 Hz
 NEAR_CAPACITY_FRACTION = 0.9
-# utilization.gpu lags 2-3 samples at 100 ms polling (runtime-hooks §5).
+# utilization.gpu lags 2-3 samples at 100 ms polling (measured).
 LAG_SAMPLES = 2
 # The process list is read on one sample in this many (once a second at 5 Hz): it is
 # the sample's costliest part (two ctypes calls, each giving the GIL away and taking it

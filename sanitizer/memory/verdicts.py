@@ -31,7 +31,7 @@ finding only beside a cost the run paid:
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..findings import ALLOC_CHURN, ALLOC_RETRY, FRAGMENTATION, LOW_UTILIZATION, NEAR_CAPACITY, OOM, Finding
 from ..phases import STEADY, low_utilization
@@ -142,7 +142,7 @@ def _oom_findings(record: MemoryRecord) -> List[Finding]:
 
 def fragmented_states(record: MemoryRecord) -> List[Dict[str, Any]]:
     """The snapshots judged fragmented, the worst of each category: evidence, never findings alone."""
-    worst: Dict[str, SnapshotRecord] = {}
+    worst: Dict[str, Tuple[SnapshotRecord, frag.FragmentationVerdict]] = {}
     seen: Dict[str, int] = {}
     for snapshot in record.snapshots:
         verdict = snapshot.verdict
@@ -150,18 +150,18 @@ def fragmented_states(record: MemoryRecord) -> List[Dict[str, Any]]:
             continue
         seen[verdict.category] = seen.get(verdict.category, 0) + 1
         best = worst.get(verdict.category)
-        if best is None or verdict.free_bytes > best.verdict.free_bytes:
-            worst[verdict.category] = snapshot
+        if best is None or verdict.free_bytes > best[1].free_bytes:
+            worst[verdict.category] = (snapshot, verdict)
     states = []
-    for category, snapshot in worst.items():
+    for category, (snapshot, verdict) in worst.items():
         overall = snapshot.metrics.overall
         states.append({
             "category": category,
-            "reason": snapshot.verdict.reason,
+            "reason": verdict.reason,
             "trigger": snapshot.reason,
             "step": snapshot.step,
             "seen": seen[category],
-            "free_bytes": snapshot.verdict.free_bytes,
+            "free_bytes": verdict.free_bytes,
             "reserved_bytes": overall.reserved,
             "allocated_bytes": overall.allocated,
             "largest_free_block_bytes": overall.largest_free,
@@ -199,9 +199,15 @@ def _excess(record: MemoryRecord) -> Optional[Tuple[int, int, float]]:
     return None
 
 
+def _stepped(samples: Sequence[Tuple[Optional[int], int, int, int, int]]) -> List[Tuple[int, int, int, int, int]]:
+    """The steady-state samples whose step is known: (step, reserved, allocated, mallocs, frees)."""
+    return [(step, reserved, allocated, mallocs, frees)
+            for step, reserved, allocated, mallocs, frees in samples if step is not None]
+
+
 def _growth(record: MemoryRecord) -> Optional[Dict[str, Any]]:
     """Reserved memory growing through the steady state while allocated memory does not."""
-    samples = [sample for sample in record.steady_samples if sample[0] is not None]
+    samples = _stepped(record.steady_samples)
     if len(samples) < MIN_GROWTH_SAMPLES + 1:
         return None
     first, last = samples[0], samples[-1]
@@ -249,7 +255,8 @@ def _fragmentation_finding(record: MemoryRecord) -> Optional[Finding]:
         parts.append(f"{frag.format_bytes(worst.metrics.free_by_category[frag.HARD])} lay free between live blocks "
                      f"at the most fragmented state")
     expandable = bool(worst is not None and worst.metrics.expandable)
-    suggested, alternatives = frag.suggest_alloc_conf(record.alloc_conf, expandable=expandable, cause=frag.FRAGMENTATION)
+    suggested, alternatives = frag.suggest_alloc_conf(record.alloc_conf, expandable=expandable,
+                                                      cause=frag.FRAGMENTATION)
     hint = f"set PYTORCH_ALLOC_CONF={suggested}" if suggested else "free long-lived tensors together"
     hint += "; or allocate long-lived tensors before the short-lived ones around them"
     end = record.end_stats or AllocatorStats()
@@ -275,7 +282,7 @@ def _fragmentation_finding(record: MemoryRecord) -> Optional[Finding]:
         file=top.file if top else None,
         line=top.line if top else None,
         function=top.function if top else None,
-        stack=list(largest.site) if top else [],
+        stack=list(largest.site) if largest is not None and top else [],
         count=1,
         fix_hint=hint,
         details=details,
@@ -309,7 +316,8 @@ def _retry_finding(record: MemoryRecord) -> Optional[Finding]:
             f"synchronized all streams, freed its cache and retried"
         ),
         count=retries,
-        fix_hint="memory is near the limit or fragmented: set PYTORCH_ALLOC_CONF=expandable_segments:True or lower peak memory",
+        fix_hint=("memory is near the limit or fragmented: set PYTORCH_ALLOC_CONF=expandable_segments:True "
+                  "or lower peak memory"),
         details={
             "num_alloc_retries": retries,
             "num_sync_all_streams": end.num_sync_all_streams - start.num_sync_all_streams,
@@ -362,7 +370,7 @@ def _churn_finding(record: MemoryRecord) -> Optional[Finding]:
 
 def _sustained_churn(record: MemoryRecord) -> Optional[Dict[str, Any]]:
     """Where cudaMalloc and cudaFree kept coming through the steady state: most sampled intervals, over half of it."""
-    samples = [sample for sample in record.steady_samples[1:] if sample[0] is not None]
+    samples = _stepped(record.steady_samples[1:])
     if not samples:
         return None
     churning = [sample[0] for sample in samples if sample[3] > 0 or sample[4] > 0]

@@ -69,9 +69,8 @@ from __future__ import annotations
 
 import sys
 import warnings
-from typing import Any, Dict, Hashable, List, Optional, Tuple
-
 from time import perf_counter as _perf_counter
+from typing import Any, Callable, Dict, Hashable, List, Optional, Tuple
 
 from .. import timeline as _timeline
 from ..findings import Finding
@@ -89,17 +88,22 @@ from .ops import (
     NO_USER_FRAME,
     NO_WRITE_OUTPUT,
     RECORD_STREAM,
-    list_labels,
     capture_long_site,
     capture_site,
+    list_labels,
 )
 from .prehistory import HostSyncLedger, live_blocks
 from .report import _is_stream, _scope_items, _user_frame, build_finding
 
 # Local records the tap may hold before history every stream is ordered after is dropped.
 _TAP_PRUNE_AT = 200_000
-_Tensor = None  # torch.Tensor, bound at start() (torch is imported lazily)
-_Parameter = None  # torch.nn.Parameter: optimizer ops take lists of them
+_Tensor: Any = None  # torch.Tensor, bound at start() (torch is imported lazily)
+_Parameter: Any = None  # torch.nn.Parameter: optimizer ops take lists of them
+
+
+
+def _not_started() -> Hashable:
+    raise RuntimeError("the race check has not started: no stream to ask for")
 
 
 class RaceCheck(Check, RaceSink):
@@ -123,10 +127,10 @@ class RaceCheck(Check, RaceSink):
         self._activation_reason: Optional[str] = None
         self._device_filter = "cuda"  # tests set "cpu" (and _want_cuda False) to run on CPU tensors
         self._want_cuda = True
-        self._current_stream = None
+        self._current_stream: Callable[[], Hashable] = _not_started
         self._dynamo_frames_at_start = 0
         self.notes: List[str] = []
-        self._torch = None
+        self._torch: Any = None  # the torch module, once started
         # The native tap (race_tap.cpp) when it sees the ops instead of the dispatch mode.
         self._tap = None
         self._tap_choice: Optional[str] = None  # None: TORCHLINT_RACE_TAP; tests set it
@@ -143,6 +147,14 @@ class RaceCheck(Check, RaceSink):
         self._ledger = HostSyncLedger()
         self._native_ledger = None  # the tap, while its gpu_trace filter keeps that ledger in C++
         self._memory_snapshot = None  # torch.cuda.memory_snapshot on CUDA; tests give a fake one
+
+    @property
+    def engine(self) -> HappensBefore:
+        """The happens-before engine, on the paths that run only once the check is active."""
+        engine = self._engine
+        if engine is None:
+            raise RuntimeError("the race check is not active")
+        return engine
 
     # -- protocol -----------------------------------------------------------
 
@@ -294,7 +306,8 @@ class RaceCheck(Check, RaceSink):
             return native_tap.load()
         except native_tap.TapUnavailable as error:
             self._tap_unavailable = str(error)
-            self.notes.append(f"native tap unavailable ({error}): ops were seen through the slower Python dispatch mode")
+            self.notes.append(f"native tap unavailable ({error}): "
+                              "ops were seen through the slower Python dispatch mode")
             return None
 
     def _prebuild_tap(self):
@@ -410,7 +423,7 @@ class RaceCheck(Check, RaceSink):
         return self._tap_alloc(base, generation)
 
     def _tap_launches(self, launches) -> None:
-        engine = self._engine
+        engine = self.engine
         alloc = self._tap_alloc
         inside_collective = getattr(_LOCAL, "collective", 0)
         for stream, seq, op, site, items in launches:
@@ -435,9 +448,9 @@ class RaceCheck(Check, RaceSink):
         if current is not None and current[0] == number:
             return current[1]
         if current is not None:
-            self._engine.free(base)  # its previous owner is gone: honour its record_stream pledges
+            self.engine.free(base)  # its previous owner is gone: honour its record_stream pledges
         where = site or NO_USER_FRAME
-        info = self._engine.alloc(base, base + nbytes, self._tap_stream(stream), where, "")
+        info = self.engine.alloc(base, base + nbytes, self._tap_stream(stream), where, "")
         self._tap_gens[base] = (number, info)
         return info
 
@@ -489,7 +502,7 @@ class RaceCheck(Check, RaceSink):
         for _device, stream, address, size in unfinished:
             by_stream.setdefault(stream, []).append((address, address + size, True, "(any)", None, None, None, None))
         for stream, items in by_stream.items():
-            self._engine.launch(
+            self.engine.launch(
                 stream,
                 items,
                 "work issued before the race check switched on, after the last host sync"
@@ -512,7 +525,7 @@ class RaceCheck(Check, RaceSink):
         # shared with the allocations it reveals. A local, not check state:
         # ops run on several threads, the autograd engine's with their own stream.
         op = [None, None]
-        items = []
+        items: List[tuple] = []
         add = self._add_item
         for index, arg_name, is_write, is_list, kwarg_only in inputs:
             if not kwarg_only and index < len(args):
@@ -548,10 +561,10 @@ class RaceCheck(Check, RaceSink):
         if items:
             site, stream = op
             stream = stream if stream is not None else self._current_stream()
-            self._engine.launch(stream, items, name, site if site is not None else capture_site())
+            self.engine.launch(stream, items, name, site if site is not None else capture_site())
             timeline = _timeline.of(self.session)
             if timeline is not None:
-                timeline.launches(((stream, name),))
+                timeline.launches([(stream, name)])
 
     def _note_alloc(self, tensor, op: Optional[list] = None) -> None:
         if tensor.is_cuda is not self._want_cuda or tensor.numel() == 0:
@@ -594,7 +607,8 @@ class RaceCheck(Check, RaceSink):
             alloc = self._allocs.get(base)
             if alloc is None:
                 alloc = self._new_alloc(tensor, base, op)
-        items.append((start, end, is_write, arg, (tensor.shape, tensor.dtype, offset, base, pointer, stride), alloc, None, None))
+        described = (tensor.shape, tensor.dtype, offset, base, pointer, stride)
+        items.append((start, end, is_write, arg, described, alloc, None, None))
 
     def _new_alloc(self, tensor, base: int, op: Optional[list] = None):
         """First sight of a storage: its allocation is attributed to the current op's [site, stream]."""
@@ -608,7 +622,7 @@ class RaceCheck(Check, RaceSink):
             op[0] = capture_site()
         if op[1] is None:
             op[1] = self._current_stream()
-        alloc = self._engine.alloc(base, base + nbytes, op[1], op[0], "")
+        alloc = self.engine.alloc(base, base + nbytes, op[1], op[0], "")
         self._allocs[base] = alloc
         return alloc
 
@@ -622,7 +636,7 @@ class RaceCheck(Check, RaceSink):
         base = pointer - tensor.storage_offset() * tensor.element_size()
         if base not in self._allocs:
             self._new_alloc(tensor, base)
-        self._engine.record_stream(base, key, capture_site())
+        self.engine.record_stream(base, key, capture_site())
 
     def wait_stream(self, waiter, waitee) -> None:
         """``waiter.wait_stream(waitee)``, told to the engine once the tap's launches are in it."""
@@ -655,7 +669,7 @@ class RaceCheck(Check, RaceSink):
             _LOCAL.own_stream = False
 
     def triton_launch(self, jit_function, args, kwargs) -> None:
-        items = []
+        items: List[tuple] = []
         values = list(args) + [v for k, v in kwargs.items() if k not in ("grid", "warmup")]
         names = getattr(jit_function, "arg_names", None) or []
         for position, value in enumerate(values):
@@ -665,7 +679,7 @@ class RaceCheck(Check, RaceSink):
                 self._add_item(items, value, arg, True)
         if items:
             name = getattr(getattr(jit_function, "fn", None), "__name__", "kernel")
-            self._engine.launch(self._current_stream(), items, f"triton:{name}", capture_site())
+            self.engine.launch(self._current_stream(), items, f"triton:{name}", capture_site())
 
     @forwards_user_call
     def collective(self, name, tensors_written, tensors_read, group, async_op, call):
@@ -712,7 +726,7 @@ class RaceCheck(Check, RaceSink):
 
     def graph_capture_begin(self, graph) -> None:
         self.activate("a CUDA graph capture began")
-        self._engine.capture_begin(id(graph), self._current_stream(), capture_long_site())
+        self.engine.capture_begin(id(graph), self._current_stream(), capture_long_site())
 
     def graph_capture_end(self, graph) -> None:
         if self._engine is not None:

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
-from typing import Any, Dict, Hashable, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Hashable, Iterable, List, Optional, Sequence, Tuple
 
 # --------------------------------------------------------------------------
 # Events: the engine's whole input.
@@ -393,7 +393,7 @@ class HappensBefore:
         self._graphs: Dict[Hashable, list] = {}
         self.keep_all = keep_all
         # Called with each new unique race, while the later access is being made.
-        self.on_race = None
+        self.on_race: Optional[Callable[[Race], None]] = None
         self.all_races: List[Race] = []
         self._races: Dict[tuple, Race] = {}
         self._handlers = {
@@ -489,7 +489,8 @@ class HappensBefore:
                         self._last_sync[(stream, source)] = note
         return clock
 
-    def _merge(self, waiter: Hashable, into: Dict[Hashable, int], source_clock: Dict[Hashable, int], note: SyncNote) -> None:
+    def _merge(self, waiter: Hashable, into: Dict[Hashable, int], source_clock: Dict[Hashable, int],
+               note: SyncNote) -> None:
         for source, seq in source_clock.items():
             if source == waiter:
                 continue
@@ -677,7 +678,8 @@ class HappensBefore:
 
     # -- accesses -----------------------------------------------------------
 
-    def kernel(self, stream: Hashable, accesses: Sequence[Access], op: str = "", site: Any = None, via: Any = None) -> int:
+    def kernel(self, stream: Hashable, accesses: Sequence[Access], op: str = "", site: Any = None,
+               via: Any = None) -> int:
         """One launch on ``stream``; returns its seq (0 when captured into a graph)."""
         return self.launch(
             stream,
@@ -705,7 +707,8 @@ class HappensBefore:
             graph = self._graphs[self._capture_graph]
             for start, end, is_write, arg, tensor, alloc, item_op, item_site in items:
                 graph.append(
-                    Access(start, end, is_write, arg, tensor, alloc, item_op or op, item_site if item_site is not None else site)
+                    Access(start, end, is_write, arg, tensor, alloc, item_op or op,
+                           item_site if item_site is not None else site)
                 )
             return 0
         clock = self._clock(stream)

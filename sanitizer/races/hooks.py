@@ -30,6 +30,7 @@ it all back at ``restore()``:
 """
 from __future__ import annotations
 
+import importlib
 import sys
 import threading
 import warnings
@@ -175,7 +176,7 @@ class RaceHooks:
         self._sync_mode_torch = None
         self._sync_warnings: Optional[WarningHook] = None  # the implicit-sync hook, before activation
         self._triton_wrapped = False
-        self.dispatch_mode = None  # the fallback's mode, while it is on a thread's stack
+        self.dispatch_mode: Any = None  # the fallback's mode, while it is on a thread's stack
         self._dispatch_thread: Optional[int] = None
 
     # -- lifecycle ---------------------------------------------------------------
@@ -505,7 +506,7 @@ class RaceHooks:
     def _install_distributed_wrappers(self, torch) -> None:
         if "torch.distributed" not in sys.modules:
             try:
-                import torch.distributed  # noqa: F401
+                importlib.import_module("torch.distributed")
             except Exception:
                 return
         dist = sys.modules.get("torch.distributed")

@@ -57,6 +57,8 @@ def _build_name(torch) -> str:
 def _import_built(name: str, path: str):
     loader = importlib.machinery.ExtensionFileLoader(name, path)
     spec = importlib.util.spec_from_file_location(name, path, loader=loader)
+    if spec is None:
+        raise ImportError(f"cannot load the native tap from {path}")
     module = importlib.util.module_from_spec(spec)
     loader.exec_module(module)
     return module
@@ -127,7 +129,8 @@ def _built_or_build(torch, name: str, folder: str, quiet: bool, trace_filter: bo
         raise TapUnavailable("ninja is not installed (pip install ninja), needed to build it") from None
     os.makedirs(folder, exist_ok=True)
     if not quiet:
-        print(f"torchlint: building the race check's native tap in {folder} (once per torch version)...", file=sys.stderr)
+        print(f"torchlint: building the race check's native tap in {folder} (once per torch version)...",
+              file=sys.stderr)
     try:
         # NDEBUG as torch itself was built: RecordFunction's layout depends on it.
         return cpp_extension.load(

@@ -10,7 +10,7 @@ code pointers and symbolized only when a report reads it.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from ..frames import raw_user_stack as _raw_user_stack
 from ..frames import user_frames_of
@@ -33,14 +33,15 @@ PLAIN = "plain"
 
 # torch._C._profiler.gather_traceback / symbolize_tracebacks, bound by
 # bind_tracebacks() where this torch has them.
-_gather = None
-_symbolize = None
+_gather: Optional[Callable[..., Any]] = None
+_symbolize: Optional[Callable[..., Any]] = None
 
 
 def bind_tracebacks(torch) -> None:
     global _gather, _symbolize
     profiler = getattr(torch._C, "_profiler", None)
-    if _gather is None and hasattr(profiler, "gather_traceback") and hasattr(profiler, "symbolize_tracebacks"):
+    if (_gather is None and profiler is not None and hasattr(profiler, "gather_traceback")
+            and hasattr(profiler, "symbolize_tracebacks")):
         _gather, _symbolize = profiler.gather_traceback, profiler.symbolize_tracebacks
 
 
@@ -65,6 +66,8 @@ class Site:
         frames = self._frames
         if frames is None:
             try:
+                if _symbolize is None:
+                    raise RuntimeError("tracebacks are not bound (bind_tracebacks)")
                 entries = _symbolize([self._traceback])[0]
                 user = user_frames_of(((e["filename"], e["line"], e["name"]) for e in entries), self.LIMIT)
             except Exception:

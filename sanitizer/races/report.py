@@ -189,7 +189,8 @@ def build_finding(race: Race, names, tensor_names, context) -> Finding:
             }
     described = ""
     if isinstance(tensor, TensorInfo):
-        described = f" on {('`' + tensor_name + '` ') if tensor_name else ''}{tuple(tensor.shape)} {str(tensor.dtype).replace('torch.', '')}"
+        named = f"`{tensor_name}` " if tensor_name else ""
+        described = f" on {named}{tuple(tensor.shape)} {str(tensor.dtype).replace('torch.', '')}"
     reuse = race.kind == "reuse"
     message = (
         f"{'allocator-reuse race' if reuse else 'cross-stream race'}{described}: "

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Dict, Optional, Tuple
+from typing import AbstractSet, Dict, Optional, Tuple
 
 # kind -> (static rule, label, fix hint)
 KINDS: Dict[str, Tuple[Optional[str], str, str]] = {
@@ -32,13 +32,24 @@ KINDS: Dict[str, Tuple[Optional[str], str, str]] = {
     "unique": ("TL103", "unique", "pass a known upper bound, or move the unique out of the step"),
     "synchronize": ("TL102", "explicit synchronize",
                     "remove it, or replace it with an event record/wait between streams"),
-    "event-sync": ("TL102", "Event.synchronize", "use stream.wait_event(event) to order streams without blocking the host"),
+    "event-sync": ("TL102", "Event.synchronize",
+                   "use stream.wait_event(event) to order streams without blocking the host"),
     "empty-cache": ("TL303", "torch.cuda.empty_cache()",
                     "do not empty the cache inside the loop; it syncs the device and forces cudaMalloc later"),
     "pageable-copy": ("TL202", "non_blocking copy from pageable memory",
-                      "pin the host tensor (DataLoader(pin_memory=True), or pin_memory()) so non_blocking=True is asynchronous"),
+                      "pin the host tensor (DataLoader(pin_memory=True), or pin_memory()) "
+                      "so non_blocking=True is asynchronous"),
     "copy": (None, "blocking host-to-device copy",
              "pin the source and pass non_blocking=True, or create the tensor on the device"),
+    # A host tensor moved again and again: the fix is to stop moving it, not to pin it.
+    "host-slice": ("TL204", "copy of a slice of a long-lived host tensor",
+                   "move the whole host tensor to the device once, before the loop, and slice it there"),
+    "host-built": ("TL204", "host-built tensor (numpy / Python data) copied to the device",
+                   "create it on the device (torch.randn(..., device=...), torch.normal(..., device=...)) "
+                   "instead of building it on the host and copying it every step"),
+    "backward": (None, "sync inside backward()",
+                 "find the op with a data-dependent shape in forward (boolean-mask indexing, nonzero, unique) "
+                 "whose backward syncs, and change it there"),
     "other": (None, "synchronizing CUDA operation", "find the op on this line that reads a GPU value on the host"),
 }
 
@@ -51,7 +62,7 @@ COPY_FROM = {
 }
 
 
-def rule_for(kind: str, pinned) -> Optional[str]:
+def rule_for(kind: str, pinned: Optional[AbstractSet[bool]]) -> Optional[str]:
     """The static rule of a sync kind; for a copy, from the pinnedness the run saw of its source
     (``pinned``: a set of the values seen, or None when unknown)."""
     if kind == "copy":
@@ -61,7 +72,7 @@ def rule_for(kind: str, pinned) -> Optional[str]:
     return KINDS[kind][0]
 
 
-def fix_for(kind: str, pinned) -> str:
+def fix_for(kind: str, pinned: Optional[AbstractSet[bool]]) -> str:
     """The fix hint of a sync kind, a copy's from what the run saw of its source."""
     if kind == "copy" and pinned and len(pinned) == 1:
         return COPY_FROM[next(iter(pinned))][1]
@@ -72,10 +83,15 @@ def fix_for(kind: str, pinned) -> str:
 # whose entry points are not wrapped all the time: when a sync arrives through
 # the warning hook with no wrapper running, those are the likely causes.
 _UNWRAPPED_PATTERNS = [
+    # The autograd engine's syncs reach the user at the line that started backward.
+    ("backward", re.compile(r"\.backward\s*\(|\bautograd\.(?:backward|grad)\s*\(")),
+    # Built on the host from numpy (or Python data) and made a CUDA tensor on the spot: before
+    # mask-index, since such lines index shapes (``np.random.normal(0, 1, (x.shape[0], n))``).
+    ("host-built", re.compile(r"\b(?:np|numpy)\.\w")),
     ("nonzero", re.compile(r"\b(?:masked_select|argwhere|where)\s*\(")),
     ("mask-index", re.compile(r"\w[\w\)\]]*\s*\[[^\]]")),
     ("cpu", re.compile(r"\.to\s*\(\s*(?:device\s*=\s*)?(?:torch\.device\s*\()?['\"]cpu")),
-    ("copy", re.compile(r"\b(?:tensor|as_tensor|from_numpy)\s*\(|\.(?:to|cuda|copy_)\s*\(")),
+    ("copy", re.compile(r"\b(?:tensor|as_tensor|from_numpy)\s*\(|\.(?:to|cuda|copy_|type)\s*\(")),
 ]
 _WRAPPED_PATTERNS = [
     ("event-sync", re.compile(r"event\w*\.synchronize\s*\(", re.IGNORECASE)),
@@ -104,7 +120,29 @@ _LIBRARY_HINTS = [
     ("streams.py", "Event.synchronize", "event-sync"),
     ("streams.py", "Stream.synchronize", "synchronize"),
     ("memory.py", "empty_cache", "empty-cache"),
+    ("_tensor.py", "backward", "backward"),
 ]
+
+# The torch.autograd functions that run the engine: a sync under them is the backward of some op.
+_AUTOGRAD_ENTRY = ("backward", "grad", "_engine_run_backward")
+# A host-built copy is told from the user's line: numpy data made into a tensor on it.
+HOST_BUILT_LINE = re.compile(r"\b(?:np|numpy)\.\w")
+# A read of a value just chosen on the device (the next token of a sampling or decoding loop):
+# the read is applied straight to the choice, e.g. ``torch.multinomial(p, 1).item()``.
+_HOST_CHOICE = re.compile(
+    r"\b(?:multinomial|argmax|argmin|topk|sample\w*|choice)\s*\((?:[^()]|\([^()]*\))*\)\s*(?:\[[^\]]*\]\s*)?"
+    r"\.(?:item|tolist|cpu)\s*\("
+)
+
+
+def chooses_on_host(source_line: str) -> bool:
+    """The line reads back a value it has just chosen on the device (a sampled or argmax'd token)."""
+    return bool(_HOST_CHOICE.search(_strip_comment(source_line)))
+
+
+def builds_on_host(source_line: str) -> bool:
+    """The line builds its tensor from numpy data (a host-built tensor copied to the device)."""
+    return bool(HOST_BUILT_LINE.search(_strip_comment(source_line)))
 
 
 def classify(source_line: str, library: Optional[Tuple[str, int, str]] = None, wrapped_ran: bool = False) -> str:
@@ -116,6 +154,9 @@ def classify(source_line: str, library: Optional[Tuple[str, int, str]] = None, w
     """
     if library is not None:
         base = os.path.basename(library[0])
+        parts = library[0].replace("\\", "/").split("/")
+        if "autograd" in parts and library[2].split(".")[-1] in _AUTOGRAD_ENTRY:
+            return "backward"
         for file_name, function, kind in _LIBRARY_HINTS:
             if base == file_name and (function is None or library[2].endswith(function)):
                 return kind

@@ -40,11 +40,30 @@ the finding (``details["cadence"]``):
 ``findings.is_periodic`` the periodic ones, which summaries list apart and
 ``--gpu-sanitize-fail-on`` never fails on. A site in a test file is ``info``
 whatever its cadence (the test's own read).
+
+No stall
+--------
+Some repeated sites cost nothing worth changing, whatever their cadence;
+their finding is ``info`` with no rule code, keeps its cadence and names why
+in ``details["no_stall"]`` (``findings.is_no_stall``), so summaries leave it
+out and ``--gpu-sanitize-fail-on`` never fails on it:
+
+- ``host-needs-value``: with autograd off, the line reads back a value it
+  has just chosen on the device (``torch.multinomial(p, 1).item()``, an
+  argmax'd token): a sampling or decoding loop needs it on the host to pick
+  the next step.
+- ``backward-symptom``: a sync inside ``backward()`` is the backward of an
+  op with a data-dependent shape in forward (boolean-mask indexing,
+  ``nonzero``, ``unique``); when the run recorded such a site with autograd
+  on, the finding names it (``details["caused_by"]``) and the cause's
+  finding names the backward site (``details["backward_site"]``). Without a
+  recorded cause, the backward site stays a warning (no rule code) whose fix
+  points at forward.
 """
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from statistics import median
 from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
 
@@ -55,6 +74,19 @@ from .kinds import KINDS, fix_for, rule_for
 
 # Runs of a site (executions of its line) that make a loop of it.
 DEFAULT_MIN_COUNT = 5
+
+# The share of queried reads that must find the GPU idle for a site to be "no stall".
+IDLE_SHARE = 0.9
+# Why a repeated site costs nothing (the module docstring defines each).
+IDLE_ON_ARRIVAL = "idle-on-arrival"
+HOST_NEEDS_VALUE = "host-needs-value"
+BACKWARD_SYMPTOM = "backward-symptom"
+# Sync kinds whose backward syncs too (a data-dependent shape), the causes of a "backward" site.
+_DATA_DEPENDENT_KINDS = ("mask-index", "nonzero", "unique")
+# Copies whose fix removes the transfer itself (TL204), worth it even when the GPU was idle.
+_MOVE_ONCE_KINDS = ("host-slice", "host-built")
+# Read-backs a decoding loop makes of the value it chose.
+_READ_KINDS = ("item", "tolist", "cpu", "numpy")
 
 PER_STEP = "per-step"
 PER_EVAL_BATCH = "per-eval-batch"
@@ -85,6 +117,9 @@ class SiteRecord:
     no_grad_runs: int = 0  # runs made with autograd off
     compiler: bool = False  # made by torch.compile's machinery
     pinned: FrozenSet[bool] = frozenset()  # a copy's source as seen: True pinned, False pageable
+    host_choice: bool = False  # the line reads back a value it chose on the device (kinds.chooses_on_host)
+    queried: Optional[Mapping[int, int]] = None  # step -> reads preceded by a stream query
+    idle_arrivals: Optional[Mapping[int, int]] = None  # step -> of those, reads that found the GPU idle
 
 
 @dataclass(frozen=True)
@@ -128,10 +163,71 @@ def cadence_of(site: SiteRecord, steps: StepCount, min_count: int) -> Cadence:
 def sync_findings(sites: Sequence[SiteRecord], steps: StepCount, min_count: int,
                   test_id: Optional[str] = None) -> List[Finding]:
     """One finding per site that synced in a measured step, the costliest first."""
-    results = [finding for finding in (_site_finding(site, steps, min_count, test_id) for site in sites)
-               if finding is not None]
+    pairs = [(site, _site_finding(site, steps, min_count, test_id)) for site in sites]
+    results = _link_backward_symptoms([(site, finding) for site, finding in pairs if finding is not None])
     results.sort(key=lambda f: (-(f.details["stall_ms"] or 0.0), -f.count, f.file or "", f.line or 0))
     return results
+
+
+def _link_backward_symptoms(pairs: List[Tuple[SiteRecord, Finding]]) -> List[Finding]:
+    """A sync inside backward() points at the forward op whose backward made it, and back."""
+    causes = [(site, finding) for site, finding in pairs
+              if site.kind in _DATA_DEPENDENT_KINDS and site.runs > site.no_grad_runs]
+    symptoms = [finding for site, finding in pairs if site.kind == "backward"]
+    if not causes or not symptoms:
+        return [finding for _, finding in pairs]
+    cause_places = [_place(finding) for _, finding in causes]
+    cause_labels = sorted({KINDS[site.kind][1] for site, _ in causes})
+    linked: Dict[int, Finding] = {}
+    for site, finding in pairs:
+        if site.kind == "backward":
+            details = dict(finding.details, caused_by=cause_places, no_stall=BACKWARD_SYMPTOM)
+            message = (f"symptom: a sync inside backward() ({finding.count}x) is the backward of the "
+                       f"{' / '.join(cause_labels)} at {', '.join(cause_places)} in forward (a data-dependent "
+                       f"shape); change it there, not this line")
+            linked[id(finding)] = replace(finding, severity="info", rule=None, message=message, details=details,
+                                          fix_hint=f"fix the cause at {', '.join(cause_places)}: "
+                                                   f"{KINDS[causes[0][0].kind][2]}")
+        elif any(finding is cause for _, cause in causes):
+            backward = ", ".join(_place(symptom) for symptom in symptoms)
+            details = dict(finding.details, backward_site=backward)
+            linked[id(finding)] = replace(finding, details=details,
+                                          message=f"{finding.message}; its backward syncs too, at {backward}")
+    return [linked.get(id(finding), finding) for _, finding in pairs]
+
+
+def _place(finding: Finding) -> str:
+    return f"{_frames.short_path(finding.file or '<unknown>')}:{finding.line}"
+
+
+def _idle_on_arrival(site: SiteRecord, steps: StepCount, cadence: Cadence) -> Optional[Tuple[int, int]]:
+    """(idle, asked) when a stream query just before the read found the GPU
+    already idle for (nearly) every measured read (``IDLE_SHARE``), else None.
+
+    Said beside the finding, not instead of it: the GPU may be idle because an
+    earlier read drained the queue (the read is then free), or only because the
+    steps of this run are too small to keep it busy (launch-bound: the read
+    waits as soon as a step has real work). The run cannot tell the two apart,
+    so the site stays a finding with its rule, and its measured stall ranks it.
+    Not for a host tensor moved every step (``host-slice``, ``host-built``):
+    moving it once saves the transfer either way."""
+    if not cadence.repeated or site.kind in _MOVE_ONCE_KINDS:
+        return None
+    queried = sum(n for step, n in (site.queried or {}).items() if steps.is_measured(step))
+    idle = sum(n for step, n in (site.idle_arrivals or {}).items() if steps.is_measured(step))
+    return (idle, queried) if queried and idle >= IDLE_SHARE * queried else None
+
+
+def _no_stall(site: SiteRecord, steps: StepCount, cadence: Cadence) -> Optional[Tuple[str, str]]:
+    """Why a repeated site costs nothing worth a change, with the sentence that says so; None when it costs."""
+    if not cadence.repeated:
+        return None
+    integer = site.tensor is None or "int" in str(site.tensor.get("dtype", "int"))
+    if (site.host_choice and site.kind in _READ_KINDS and integer
+            and site.runs and site.no_grad_runs == site.runs):
+        return HOST_NEEDS_VALUE, ("the host needs the value: a sampling or decoding loop reads the token it "
+                                  "chose to pick the next step (autograd off), not a stall to remove")
+    return None
 
 
 def _site_finding(site: SiteRecord, steps: StepCount, min_count: int, test_id: Optional[str]) -> Optional[Finding]:
@@ -177,6 +273,17 @@ def _site_finding(site: SiteRecord, steps: StepCount, min_count: int, test_id: O
     if not cadence.repeated:
         rule = None
     message = _message(cadence, label, count, site.runs, steps, details)
+    idle = _idle_on_arrival(site, steps, cadence)
+    if idle is not None:
+        details[IDLE_ON_ARRIVAL] = {"idle": idle[0], "asked": idle[1]}
+        message += (f"; the GPU was already idle when it arrived ({idle[0]} of {idle[1]} reads asked): "
+                    f"no wait measured in this run, but a step with more GPU work would wait here")
+    no_stall = _no_stall(site, steps, cadence)
+    if no_stall is not None:
+        reason, sentence = no_stall
+        details["no_stall"] = reason
+        severity, rule = "info", None
+        message = f"{sentence} ({label}, {cadence.kind}, {count}x)"
     return Finding(
         kind=SYNC,
         severity=severity,
@@ -184,7 +291,7 @@ def _site_finding(site: SiteRecord, steps: StepCount, min_count: int, test_id: O
         file=file,
         line=line,
         function=function,
-        stack=[Frame(f, l, fn) for f, l, fn in site.stack],
+        stack=[Frame(path, number, name) for path, number, name in site.stack],
         count=count,
         rule=rule,
         fix_hint=hint,
@@ -197,7 +304,8 @@ def _message(cadence: Cadence, label: str, count: int, runs: int, steps: StepCou
     """One sentence: what blocked the host, how often, and so what it costs."""
     stepped = steps.completed > 0
     if cadence.kind == PER_STEP:
-        where = "every measured step" if cadence.every_step else f"{cadence.occurrences} of {steps.measured} measured steps"
+        where = ("every measured step" if cadence.every_step
+                 else f"{cadence.occurrences} of {steps.measured} measured steps")
         return f"{label} blocks the host until the GPU catches up, per step ({count}x, {where})"
     if cadence.kind == PER_EVAL_BATCH:
         passes = f" in {cadence.occurrences} evaluation pass(es)" if stepped else ""
@@ -212,6 +320,7 @@ def _message(cadence: Cadence, label: str, count: int, runs: int, steps: StepCou
         return (f"periodic: {label} every {cadence.period} steps ({cadence.occurrences} times{cost}); "
                 f"already periodic, not a per-step stall")
     if cadence.kind == COMPILE:
-        return f"during compilation: {label} ran {runs}x inside torch.compile's own work (counted in the compilation phase)"
+        return (f"during compilation: {label} ran {runs}x inside torch.compile's own work "
+                "(counted in the compilation phase)")
     times = "once" if cadence.kind == ONCE else f"{runs}x"
     return f"one-off sync: {label} ran {times} (not per step, per batch or per loop iteration)"

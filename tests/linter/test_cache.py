@@ -53,7 +53,7 @@ def test_warm_run_lints_nothing_and_reports_the_same(tree, capsys, linted):
     warm = lint(tree, capsys)
     assert cold == warm and cold[1] == [("a.py", "TL101", 4)]
     assert linted == [["a.py", "b.py", "c.py"], []]
-    assert (tree.parent / "cache" / "CACHEDIR.TAG").is_file()
+    assert (tree.parent / "cache" / ".torchlint_cache" / "CACHEDIR.TAG").is_file()
 
 
 def test_an_edit_relints_only_that_file(tree, capsys, linted):
@@ -150,16 +150,21 @@ def test_cache_dir_flag_short_no_cache_and_clean(tree, capsys, linted, tmp_path)
     lint(tree, capsys, "--cache-dir", str(elsewhere))
     lint(tree, capsys, "--cache-dir", str(elsewhere))
     assert linted == [["a.py", "b.py", "c.py"], []]
-    assert (elsewhere / "CACHEDIR.TAG").is_file() and (elsewhere / ".gitignore").read_text().endswith("*\n")
-    assert any((elsewhere / __import__("torchlint").__version__).iterdir())
+    owned = elsewhere / ".torchlint_cache"  # --cache-dir names where the cache's own folder lives
+    assert (owned / "CACHEDIR.TAG").is_file() and (owned / ".gitignore").read_text().endswith("*\n")
+    assert os.listdir(elsewhere) == [".torchlint_cache"]
+    assert any((owned / __import__("torchlint").__version__).iterdir())
     lint(tree, capsys, "-n", "--cache-dir", str(elsewhere))
     assert linted[-1] == ["a.py", "b.py", "c.py"]
     assert main(["clean", "--cache-dir", str(elsewhere)]) == 0
-    assert not elsewhere.exists()
+    assert os.listdir(elsewhere) == []
 
 
 def test_clean_leaves_a_directory_that_is_not_a_cache(tmp_path, capsys):
     (tmp_path / "precious").mkdir()
     (tmp_path / "precious" / "notes.txt").write_text("keep")
-    assert main(["clean", "--cache-dir", str(tmp_path / "precious")]) == 2
+    assert main(["clean", "--cache-dir", str(tmp_path / "precious")]) == 0  # no cache there: nothing to do
     assert (tmp_path / "precious" / "notes.txt").exists()
+    (tmp_path / "precious" / ".torchlint_cache").mkdir()  # named like the cache, not tagged by it
+    assert main(["clean", "--cache-dir", str(tmp_path / "precious")]) == 2
+    assert (tmp_path / "precious" / "notes.txt").exists() and (tmp_path / "precious" / ".torchlint_cache").exists()

@@ -98,7 +98,8 @@ def test_flake8_reports_the_same_findings_as_torchlint():
         line = (REPO / item[0]).read_text(encoding="utf-8").splitlines()[item[1] - 1]
         return "noqa" in line.lower()
 
-    ours = {f for f in ours if not has_noqa(f) and f[3] != "TL000"}
+    # flake8 reads no notebooks: their findings are torchlint's alone.
+    ours = {f for f in ours if not f[0].endswith(".ipynb") and not has_noqa(f) and f[3] != "TL000"}
     theirs = {f for f in theirs if not has_noqa(f)}
     assert ours, "the fixtures should produce findings"
     assert sorted(ours - theirs) == [] and sorted(theirs - ours) == []

@@ -216,10 +216,10 @@ def test_notebook_findings_show_their_cell(tmp_path):
     path = tmp_path / "nb.ipynb"
     nbformat.write(notebook, str(path))
     title, code = sheet.excerpt(path, {"row": 5})  # rows of the code cells read one after another
-    assert title == "notebook cell 2 of nb.ipynb, in full"
+    assert title == "notebook cell 3 of nb.ipynb, in full"  # numbered as the linter does: from 1, markdown included
     assert ">>    3      print(loss.item())" in code
-    title, code = sheet.excerpt(path, {"row": 2, "cell": 1})  # the linter's own cell and row
-    assert title.startswith("notebook cell 1") and ">>    2  model = Net().cuda()" in code
+    title, code = sheet.excerpt(path, {"row": 2, "cell": 2})  # the linter's own cell and row
+    assert title.startswith("notebook cell 2") and ">>    2  model = Net().cuda()" in code
 
 
 def test_a_long_block_shows_a_window_under_the_lines_that_open_it(tmp_path):

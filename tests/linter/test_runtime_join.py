@@ -86,7 +86,7 @@ def test_a_static_tl101_with_a_measured_stall_sorts_first(in_examples, capsys):
 
 
 def test_a_sync_in_a_helper_joins_the_finding_in_the_helper(in_examples, capsys):
-    _, out, _ = run_cli(capsys, "--runtime-report", str(REPORT), "sanitizer_tour.py")
+    _, out, _ = run_cli(capsys, "--runtime-report", str(REPORT), "--output-format", "full", "sanitizer_tour.py")
     helper = _line(HELPER)
     [row] = [line for line in out.splitlines() if line.startswith(f"sanitizer_tour.py:{helper}:")]
     finding = _sync_at(HELPER)

@@ -77,7 +77,8 @@ def test_classify_from_the_torch_frame(library, kind):
 
 def test_every_kind_has_a_rule_label_and_hint():
     assert set(KINDS) == {"item", "tolist", "cpu", "numpy", "bool", "format", "nonzero", "mask-index", "unique",
-                          "synchronize", "event-sync", "empty-cache", "pageable-copy", "copy", "other"}
+                          "synchronize", "event-sync", "empty-cache", "pageable-copy", "copy", "host-slice",
+                          "host-built", "backward", "other"}
     rules = {kind: KINDS[kind][0] for kind in KINDS}
     assert {rules[k] for k in ("item", "tolist", "cpu", "numpy", "bool", "format")} == {"TL101"}
     # A blocking copy's rule is the fix the run saw it needs: pinned source TL201, pageable TL202.

@@ -4,13 +4,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import urllib.parse
 from typing import Any, Dict, List, Sequence, TextIO
 
 from torchlint import __version__, docs, lifecycle
 from torchlint.registry import all_rules
 from torchlint.reporters import ReportContext
 from torchlint.rule import DOCS_URL, Diagnostic
-from torchlint.source import split_lines
 
 
 def escape_data(text: str) -> str:
@@ -37,7 +37,9 @@ def github(diagnostics: Sequence[Diagnostic], ctx: ReportContext, out: TextIO) -
             )
         )
         notes = "".join(f"\n  note: {note}" for note in ctx.evidence_notes(d))
-        out.write(f"::error {props}::{escape_data(f'{d.code} {d.message}{ctx.measured_suffix(d)}{notes}')}\n")
+        # GitHub places annotations by file line only: a notebook's finding says its cell (as ruff's do).
+        cell = f"{ctx.display_path(d.path)}:{d.place}: " if d.cell is not None else ""
+        out.write(f"::error {props}::{escape_data(f'{cell}{d.code} {d.message}{ctx.measured_suffix(d)}{notes}')}\n")
     if ctx.runtime is not None:
         from torchlint.runtime_join import runtime_only_line
 
@@ -58,8 +60,7 @@ def _repo_root(start: str) -> str:
 
 
 def _fingerprint(d: Diagnostic, uri: str, ctx: ReportContext) -> str:
-    lines = split_lines(ctx.texts.get(d.path, ""))
-    line = lines[d.row - 1].strip() if 0 < d.row <= len(lines) else ""
+    line = (ctx.source_line(d) or "").strip()
     return hashlib.sha256(f"{d.code}\0{uri}\0{line}".encode()).hexdigest()[:32]
 
 
@@ -92,9 +93,14 @@ def sarif_document(diagnostics: Sequence[Diagnostic], ctx: ReportContext) -> Dic
                 "partialFingerprints": {"torchlintFingerprint/v1": _fingerprint(d, uri, ctx)},
             }
         )
+        if d.cell is not None:
+            # SARIF regions count lines of the artifact; a notebook's finding counts
+            # them in its cell, which the location's message and properties name.
+            results[-1]["locations"][0]["message"] = {"text": f"cell {d.cell}, line {d.row}"}
+            results[-1]["properties"] = {"cell": d.cell}
         if d.evidence:
             results[-1]["relatedLocations"] = _related_locations(d, ctx, root)
-            results[-1]["properties"] = {"evidence": _evidence_properties(results[-1]["relatedLocations"])}
+            results[-1].setdefault("properties", {})["evidence"] = _evidence_properties(results[-1]["relatedLocations"])
         if ctx.runtime is not None:
             results[-1].setdefault("properties", {})["measured"] = ctx.measured(d)
     if ctx.runtime is not None:
@@ -121,8 +127,11 @@ def sarif_document(diagnostics: Sequence[Diagnostic], ctx: ReportContext) -> Dic
 
 
 def _repo_uri(ctx: ReportContext, path: str, root: str) -> str:
+    """A relative URI reference: percent-encoded from the name's bytes, so a
+    name that is not UTF-8 or holds control characters is still a valid URI."""
     absolute = ctx.absolute_path(path)
-    return os.path.relpath(os.path.realpath(absolute), os.path.realpath(root)).replace(os.sep, "/")
+    relative = os.path.relpath(os.path.realpath(absolute), os.path.realpath(root)).replace(os.sep, "/")
+    return urllib.parse.quote(os.fsencode(relative), safe="/")
 
 
 def _related_locations(d: Diagnostic, ctx: ReportContext, root: str) -> List[Dict[str, Any]]:
@@ -174,6 +183,7 @@ def _runtime_only_results(ctx: ReportContext, root: str) -> List[Dict[str, Any]]
 
 def _file_uri(path: str) -> str:
     path = os.path.abspath(path).replace(os.sep, "/")
+    path = urllib.parse.quote(os.fsencode(path), safe="/:")
     return "file://" + (path if path.startswith("/") else "/" + path) + "/"
 
 

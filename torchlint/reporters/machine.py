@@ -37,6 +37,8 @@ def to_json(d: Diagnostic, ctx: ReportContext) -> Dict[str, Any]:
         "url": d.url,
         "evidence": ctx.evidence_json(d),
     }
+    if d.cell is not None:  # ruff's key: the notebook cell that rows count in
+        entry["cell"] = d.cell
     if ctx.runtime is not None:
         entry["measured"] = ctx.measured(d)
     return entry
@@ -89,7 +91,8 @@ def junit(diagnostics: Sequence[Diagnostic], ctx: ReportContext, out: TextIO) ->
             out.write(f'    <testcase name={quoteattr(f"org.torchlint.{d.code}")} classname={quoteattr(shown)} line="{d.row}" column="{d.column}">\n')
             message = d.message + ctx.measured_suffix(d)
             body = "".join(f"\n  note: {note}" for note in ctx.evidence_notes(d))
-            out.write(f"      <failure message={quoteattr(message)}>{escape(f'line {d.row}, col {d.column}, {message}{body}')}</failure>\n")
+            cell = f"cell {d.cell}, " if d.cell is not None else ""
+            out.write(f"      <failure message={quoteattr(message)}>{escape(f'{cell}line {d.row}, col {d.column}, {message}{body}')}</failure>\n")
             out.write("    </testcase>\n")
         out.write("  </testsuite>\n")
     out.write("</testsuites>\n")
