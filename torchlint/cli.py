@@ -270,6 +270,11 @@ def _parse_override(entry: str) -> Dict[str, object]:
         raise UsageError(f"--config {entry!r}: neither a file nor a valid `key = value` TOML override ({exc})") from None
 
 
+
+def settings_from(argv: Sequence[str]) -> "Settings":
+    """The settings ``torchlint check ARGS`` would resolve (the language server's)."""
+    return Settings(build_parser().parse_args(list(argv)))
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "rule":
@@ -288,7 +293,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 raise
             print("torchlint: error: `torchlint server` needs the server extra: pip install 'torchlint[server]'", file=sys.stderr)
             return 2
-        return server_main(argv[1:])
+        return server_main(argv[1:], settings_from)
     args = build_parser().parse_args(argv)
     try:
         if args.watch:

@@ -25,7 +25,7 @@ import os
 import re
 import sys
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
@@ -60,7 +60,7 @@ class Linted:
 
 
 class TorchlintServer(LanguageServer):
-    def __init__(self, cli_args: Sequence[str]) -> None:
+    def __init__(self, cli_args: Sequence[str], settings_from: Callable[[Sequence[str]], Any]) -> None:
         super().__init__(
             SOURCE,
             __version__,
@@ -74,9 +74,9 @@ class TorchlintServer(LanguageServer):
                 save=True,
             ),
         )
-        from torchlint.cli import Settings, build_parser  # the command line's own resolution of settings
-
-        self.settings = Settings(build_parser().parse_args(list(cli_args)))
+        # the command line's own resolution of settings (``cli.settings_from``),
+        # handed in by the command line: the server does not import it back
+        self.settings = settings_from(cli_args)
         self.linted: Dict[str, Linted] = {}  # text document or notebook uri -> its last lint
         self.pending: Dict[str, asyncio.Task] = {}
         self.warned_no_rules = False
@@ -391,8 +391,8 @@ def _url(code: str) -> str:
 # -- wiring ----------------------------------------------------------------------------------
 
 
-def build_server(cli_args: Sequence[str]) -> TorchlintServer:
-    server = TorchlintServer(cli_args)
+def build_server(cli_args: Sequence[str], settings_from: Callable[[Sequence[str]], Any]) -> TorchlintServer:
+    server = TorchlintServer(cli_args, settings_from)
 
     @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
     def did_open(ls: TorchlintServer, params: types.DidOpenTextDocumentParams) -> None:
@@ -442,7 +442,8 @@ def build_server(cli_args: Sequence[str]) -> TorchlintServer:
     return server
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Optional[Sequence[str]], settings_from: Callable[[Sequence[str]], Any]) -> int:
+    """``torchlint server``: ``settings_from(cli_args)`` resolves settings as ``torchlint check`` does."""
     parser = argparse.ArgumentParser(
         prog="torchlint server", description="Run torchlint as a language server over stdio (for editors)."
     )
@@ -463,5 +464,5 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         *(["--isolated"] if args.isolated else []),
     ]
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="torchlint server: %(message)s")
-    build_server(cli_args).start_io()
+    build_server(cli_args, settings_from).start_io()
     return 0

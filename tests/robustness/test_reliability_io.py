@@ -71,8 +71,8 @@ def during_run(tmp_path, body: str) -> dict:
         "import os\n"
         "import torchlint.runner as runner\n"
         "real = runner.run_text\n"
-        "def run_text(text, job):\n"
-        "    result = real(text, job)\n"
+        "def run_text(text, job, *args, **kwargs):\n"
+        "    result = real(text, job, *args, **kwargs)\n"
         "    if job.mode == runner.FIX:\n"
         + textwrap.indent(textwrap.dedent(body), " " * 8)
         + "    return result\n"

@@ -23,8 +23,9 @@ def test_the_server_does_not_import_torch(tmp_path):
         f"""
         import sys
         from torchlint.linter import lint_text
+        from torchlint.cli import settings_from
         from torchlint.server import build_server
-        server = build_server(["--preview"])
+        server = build_server(["--preview"], settings_from)
         path = {str(tmp_path / "train.py")!r}
         output = lint_text({TRAIN!r}, path, server.settings.file_options(path))
         assert output.diagnostics, "nothing was linted"
