@@ -332,7 +332,7 @@ def test_08_tl301_leaves_an_imported_optimizer_wrapper_alone(tmp_path):
 def test_08_tl301_safe_fixes_keep_torch1_training_results(tmp_path):
     fixed = same_behaviour_after_fix(tmp_path, TWO_HEADS, ["as_torch1.py", "two.py"], "--target-torch", "1.13")
     assert "set_to_none" not in fixed["two.py"]
-    assert "set_to_none=True" in fixed_by("TL301", TWO_HEADS["two.py"], unsafe=True, target_torch="1.13")
+    assert "set_to_none=True" in fixed_by("TL301", TWO_HEADS["two.py"], unsafe=True, target_torch=(1, 13))
 
 
 # -- 9: TL202 on a local DataLoader class, and datasets of CUDA tensors ------------------------------
