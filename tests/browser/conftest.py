@@ -26,7 +26,10 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group("browser"))
 
 
-@pytest.fixture(scope="session")
+# Module scope, never session: while Playwright's sync API is open, the worker's main thread has a
+# running asyncio loop, and any later async test on the same xdist worker (the language server's,
+# through pytest-asyncio) fails with "Runner.run() cannot be called from a running event loop".
+@pytest.fixture(scope="module")
 def chromium():
     sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright is not installed")
     if not os.access(CHROMIUM, os.X_OK):
@@ -88,7 +91,7 @@ def stepless():
     return stepless_report()
 
 
-@pytest.fixture(scope="session", autouse=True)
+@pytest.fixture(scope="module", autouse=True)
 def readme_screenshot(chromium, tour, tmp_path_factory):
     """The README's picture of the example run, saved when TORCHLINT_UPDATE_SCREENSHOT=1."""
     if os.environ.get("TORCHLINT_UPDATE_SCREENSHOT") == "1":
