@@ -5,11 +5,9 @@ from typing import List, Optional, Set, Tuple, Union
 import libcst as cst
 
 from torchlint.model import (
-    CHECK_TESTS,
     SYNCHRONIZE_CALLS,
     Site,
     already_on_host,
-    check_tests_option,
     launches_device_work,
     lives_on_host,
     module_evidence,
@@ -105,7 +103,6 @@ class HostSyncInLoop(Rule):
     - [`torch.cuda.set_sync_debug_mode`](https://pytorch.org/docs/stable/generated/torch.cuda.set_sync_debug_mode.html)
     """
 
-    options = {CHECK_TESTS: check_tests_option()}
     code = "TL101"
     name = "host-sync-in-loop"
     summary = "A host-device synchronization runs on every iteration of a batch loop"

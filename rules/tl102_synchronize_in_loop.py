@@ -6,11 +6,9 @@ from typing import List, Optional, Set, Tuple
 import libcst as cst
 
 from torchlint.model import (
-    CHECK_TESTS,
     FunctionInfo,
     LoopInfo,
     Site,
-    check_tests_option,
     dotted_name,
     iter_subtree,
     last_name,
@@ -123,7 +121,6 @@ class SynchronizeInLoop(Rule):
     - [Performance tuning guide: avoid unnecessary CPU-GPU synchronization](https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html#avoid-unnecessary-cpu-gpu-synchronization)
     """
 
-    options = {CHECK_TESTS: check_tests_option()}
     code = "TL102"
     name = "synchronize-in-loop"
     summary = "An explicit GPU synchronize runs on every iteration of a batch loop"

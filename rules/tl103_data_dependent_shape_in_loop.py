@@ -4,7 +4,7 @@ from typing import List, Optional, Tuple
 
 import libcst as cst
 
-from torchlint.model import CHECK_TESTS, Site, check_tests_option, dotted_name, keyword, tensor_evidence
+from torchlint.model import Site, dotted_name, keyword, tensor_evidence
 from torchlint.rule import Invalid, Rule, Valid
 
 # torch functions whose output size depends on the values of their input.
@@ -90,7 +90,6 @@ class DataDependentShapeInLoop(Rule):
     - [Performance tuning guide: avoid unnecessary CPU-GPU synchronization](https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html#avoid-unnecessary-cpu-gpu-synchronization)
     """
 
-    options = {CHECK_TESTS: check_tests_option()}
     code = "TL103"
     name = "data-dependent-shape-in-loop"
     summary = "An operation with a data-dependent output size syncs on every batch"

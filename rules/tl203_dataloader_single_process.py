@@ -5,7 +5,7 @@ from typing import Dict, List, Optional, Set
 import libcst as cst
 
 from torchlint.model import LoaderInfo, LoopInfo, does_per_item_work, dotted_name, iter_subtree
-from torchlint.rule import Invalid, Rule, Valid
+from torchlint.rule import Evidence, Invalid, Rule, Valid
 
 
 class DataloaderSingleProcess(Rule):
@@ -28,6 +28,10 @@ class DataloaderSingleProcess(Rule):
     a transform. (`Subset`, `ConcatDataset` and names assigned from these
     are followed.)
 
+    It also needs evidence that the training runs on a GPU: the same file
+    moves a tensor or the model to an accelerator (`.cuda()`, `.to(device)`).
+    A script that trains on the CPU has no GPU to keep fed.
+
     Not flagged: in-memory datasets (`TensorDataset`, tensors, lists) and
     datasets whose per-item work cannot be seen (a Hugging Face dataset, a
     class from an installed library); loaders that only evaluation loops iterate;
@@ -49,6 +53,7 @@ class DataloaderSingleProcess(Rule):
     dataset = datasets.ImageFolder("data/train", transform=augment)
     loader = DataLoader(dataset, batch_size=64, shuffle=True)
     for images, labels in loader:
+        images, labels = images.to(device), labels.to(device)
         loss = criterion(model(images), labels)
         loss.backward()
         optimizer.step()
@@ -62,6 +67,7 @@ class DataloaderSingleProcess(Rule):
     dataset = datasets.ImageFolder("data/train", transform=augment)
     loader = DataLoader(dataset, batch_size=64, shuffle=True, num_workers=8, persistent_workers=True)
     for images, labels in loader:
+        images, labels = images.to(device), labels.to(device)
         loss = criterion(model(images), labels)
         loss.backward()
         optimizer.step()
@@ -91,7 +97,7 @@ class DataloaderSingleProcess(Rule):
             ds = datasets.ImageFolder(root, transform=tf)
             loader = DataLoader(ds, batch_size=32, num_workers=4)
             for x, y in loader:
-                model(x).sum().backward()
+                model(x.cuda()).sum().backward()
         """),
         Valid("""
             from torch.utils.data import DataLoader
@@ -99,7 +105,7 @@ class DataloaderSingleProcess(Rule):
             ds = datasets.ImageFolder(root, transform=tf)
             loader = DataLoader(ds, batch_size=32, num_workers=args.workers)
             for x, y in loader:
-                model(x).sum().backward()
+                model(x.cuda()).sum().backward()
         """),
         # No training in this module: an evaluation script.
         Valid("""
@@ -109,7 +115,7 @@ class DataloaderSingleProcess(Rule):
             loader = DataLoader(datasets.ImageFolder(root, transform=tf), batch_size=32)
             with torch.no_grad():
                 for x, y in loader:
-                    preds = model(x)
+                    preds = model(x.cuda())
         """),
         # kwargs the rule cannot see.
         Valid("""
@@ -118,7 +124,7 @@ class DataloaderSingleProcess(Rule):
             ds = datasets.ImageFolder(root, transform=tf)
             loader = DataLoader(ds, **loader_kwargs)
             for x, y in loader:
-                model(x).sum().backward()
+                model(x.cuda()).sum().backward()
         """),
         # kwargs dict with workers.
         Valid("""
@@ -128,7 +134,7 @@ class DataloaderSingleProcess(Rule):
             kwargs = {"num_workers": 8, "pin_memory": True}
             loader = DataLoader(ds, **kwargs)
             for x, y in loader:
-                model(x).sum().backward()
+                model(x.cuda()).sum().backward()
         """),
         # In memory: an index into tensors is all a worker would do.
         Valid("""
@@ -137,7 +143,7 @@ class DataloaderSingleProcess(Rule):
             ds = TensorDataset(torch.randn(1000, 10), torch.randn(1000, 1))
             loader = DataLoader(ds, batch_size=32, shuffle=True)
             for x, y in loader:
-                loss = model(x).sum()
+                loss = model(x.cuda()).sum()
                 loss.backward()
                 optimizer.step()
         """),
@@ -146,7 +152,7 @@ class DataloaderSingleProcess(Rule):
             from torch.utils.data import DataLoader
             loader = DataLoader(tokenized["train"], batch_size=16, collate_fn=pad)
             for batch in loader:
-                loss = model(**batch).loss
+                loss = model(**batch.to(device)).loss
                 loss.backward()
         """),
         # Only an evaluation loop iterates it.
@@ -157,10 +163,20 @@ class DataloaderSingleProcess(Rule):
             train_loader = DataLoader(datasets.ImageFolder(a, transform=tf), batch_size=64, num_workers=8)
             val_loader = DataLoader(datasets.ImageFolder(b, transform=tf), batch_size=64)
             for x, y in train_loader:
-                model(x).sum().backward()
+                model(x.cuda()).sum().backward()
             with torch.no_grad():
                 for x, y in val_loader:
-                    model(x)
+                    model(x.cuda())
+        """),
+        # Trains on the CPU: nothing in the file moves data or the model to a GPU.
+        Valid("""
+            from torch.utils.data import DataLoader
+            from torchvision import datasets
+            loader = DataLoader(datasets.MNIST(root, transform=tf), batch_size=64)
+            for x, y in loader:
+                loss = criterion(model(x.reshape(-1, 784)), y)
+                loss.backward()
+                optimizer.step()
         """),
         # Not torch's DataLoader call: a method named like it on another object.
         Valid("""
@@ -178,7 +194,7 @@ class DataloaderSingleProcess(Rule):
             ds = datasets.CIFAR10(root, train=True, transform=augment)
             loader = DataLoader(ds, batch_size=32, shuffle=True)
             for x, y in loader:
-                model(x).sum().backward()
+                model(x.cuda()).sum().backward()
             """,
             line=4,
             message="`num_workers` is not set",
@@ -188,7 +204,7 @@ class DataloaderSingleProcess(Rule):
             from torch.utils.data import DataLoader
             loader = DataLoader(MyImages(files, transform=augment), batch_size=32, num_workers=0)
             for x, y in loader:
-                loss = model(x)
+                loss = model(x.to(device))
                 loss.backward()
             """,
             message="`num_workers=0`",
@@ -204,7 +220,7 @@ class DataloaderSingleProcess(Rule):
             def train():
                 for x, y in loader:
                     optimizer.zero_grad()
-                    loss = model(x)
+                    loss = model(x.to(device))
                     loss.backward()
                     optimizer.step()
             """,
@@ -219,7 +235,7 @@ class DataloaderSingleProcess(Rule):
             kwargs = {"batch_size": 8, "num_workers": 0}
             loader = DataLoader(part, **kwargs)
             for x, y in loader:
-                model(x).sum().backward()
+                model(x.cuda()).sum().backward()
             """,
             line=6,
         ),
@@ -232,7 +248,7 @@ class DataloaderSingleProcess(Rule):
             def loaders():
                 return train_loader, val_loader
             for x, y in train_loader:
-                model(x).sum().backward()
+                model(x.cuda()).sum().backward()
             """,
             count=2,
         ),
@@ -246,7 +262,7 @@ class DataloaderSingleProcess(Rule):
             kwargs = dict(batch_size=8)
             loader = DataLoader(Shards(), **kwargs)
             for x, y in loader:
-                scaler.scale(model(x)).backward()
+                scaler.scale(model(x.cuda())).backward()
             """,
         ),
     ]
@@ -275,14 +291,22 @@ class DataloaderSingleProcess(Rule):
         )
         if not trains:
             return
+        move = self.ctx.accelerator_move()
+        if move is None:
+            return  # nothing in this file runs on a GPU: no GPU waits for the loader
         for loader in facts.loaders:
             reason = self._single_process(loader)
-            if reason is None or self._evaluation_only(loader) or not self._loads_per_item(_dataset_argument(loader.call)):
+            dataset = _dataset_argument(loader.call)
+            if reason is None or self._evaluation_only(loader) or not self._loads_per_item(dataset):
                 continue
             self.report(
                 loader.call,
                 f"{reason}: this DataLoader reads and transforms every sample in the training process while the GPU waits; "
                 "set `num_workers` to a few worker processes",
+                evidence=[
+                    Evidence("fetching a sample is real work (files read or decoded, or a transform applied)", node=dataset),
+                    Evidence(f"the work runs on a GPU: `{self.ctx.code_for(move)}`", node=move),
+                ],
             )
 
     def _single_process(self, loader: LoaderInfo) -> Optional[str]:

@@ -37,7 +37,9 @@ class CpuTensorThenMove(Rule):
     loop calls, or in a module's `forward()`; one-off set-up code is left
     alone, since one extra copy at start-up costs nothing worth a finding.
 
-    Not flagged: factories that already pass `device=`, random factories
+    Not flagged: a line that runs only on some steps (under a periodic
+    guard such as `if step % log_every == 0:`) or on an exception path;
+    factories that already pass `device=`, random factories
     that draw from an explicit `generator=` (a CPU generator is a common way
     to get the same numbers on every device), moves to the CPU, dtype casts,
     `torch.from_numpy(...)` (which cannot allocate on a device),
@@ -143,6 +145,26 @@ class CpuTensorThenMove(Rule):
         Valid("""
             import torch
             t = torch.ones(3).to(other)
+        """),
+        # Periodic: only on logging steps, so not once per batch.
+        Valid("""
+            import torch
+            for step, (x, y) in enumerate(loader):
+                loss = model(x.cuda()).sum()
+                loss.backward()
+                if step % log_every == 0:
+                    mask = torch.ones(8).cuda()
+                    log(loss, mask)
+        """),
+        # On an exception path: runs when something failed, not every batch.
+        Valid("""
+            import torch
+            for x, y in loader:
+                try:
+                    loss = model(x.cuda()).sum()
+                except RuntimeError:
+                    loss = torch.zeros(1).cuda()
+                loss.backward()
         """),
         # A cast on the host, not a move.
         Valid("""
@@ -381,10 +403,10 @@ class CpuTensorThenMove(Rule):
     def finish(self) -> None:
         for site, node, message, fix in self.candidates:
             forward = _in_forward(site)
-            if forward is not None:
+            if forward is not None and site.runs_every_step():
                 self.report(node, message, fix, evidence=[Evidence("in a module's `forward()`: runs on every batch the module sees", node=forward.node)])
                 continue
-            loop, helper = site.batch_context()
+            loop, helper = site.per_step()  # not under a periodic guard, nor on an exception path
             if loop is not None:
                 text = f"runs once per batch: {loop.line_hint}" if helper is None else f"`{helper.name}()` runs once per batch: {loop.line_hint}"
                 self.report(node, message, fix, evidence=[Evidence(text, node=per_batch_anchor(loop, helper))])

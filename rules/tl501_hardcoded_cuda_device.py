@@ -7,9 +7,7 @@ from typing import List, Optional, Set, Tuple
 import libcst as cst
 
 from torchlint.model import (
-    CHECK_TESTS,
     Site,
-    check_tests_option,
     dotted_name,
     iter_subtree,
     last_name,
@@ -202,7 +200,6 @@ class HardcodedCudaDevice(Rule):
     summary = "A `.cuda()` call or a `\"cuda\"` device literal ties code to CUDA"
     fix_availability = "sometimes"
     requires_any = ("cuda",)
-    options = {CHECK_TESTS: check_tests_option()}
 
     VALID = [
         Valid("""

@@ -7,19 +7,18 @@ from typing import Dict, List, Optional, Set, Tuple
 import libcst as cst
 
 from torchlint.model import (
-    CHECK_TESTS,
     NO_GRAD_CONTEXTS,
     SET_GRAD_ENABLED,
     FunctionInfo,
     Site,
-    check_tests_option,
     dotted_name,
     exclusive_branches,
     is_no_grad_decorated,
     last_name,
+    per_batch_anchor,
     steps_optimizer,
 )
-from torchlint.rule import DISPLAY_ONLY, UNSAFE, Edit, Invalid, Rule, Valid
+from torchlint.rule import DISPLAY_ONLY, UNSAFE, Edit, Evidence, Invalid, Rule, Valid
 
 EVAL, TRAIN, FORWARD, GRAD, NO_GRAD_ON, NO_GRAD_OFF = "eval", "train", "forward", "grad", "no_grad_on", "no_grad_off"
 
@@ -39,6 +38,7 @@ class _Event:
     node: cst.CSTNode
     stack: Tuple[cst.CSTNode, ...]
     names: Tuple[str, ...] = ()  # EVAL/TRAIN: receivers; FORWARD: the callee
+    site: Optional[Site] = None  # FORWARD: where the call sits (its loops)
 
 
 @dataclass(eq=False)
@@ -60,6 +60,12 @@ class EvalWithoutNoGrad(Rule):
     called from a caller in the same module that holds no-grad mode. The
     finding points at the `.eval()` call and names the first unguarded
     forward call.
+
+    It fires only where that forward pass runs once per batch: inside a loop
+    (or comprehension) over a data source, or in a function a batch loop
+    calls, and not under a periodic guard (`if step % N == 0:`). A single
+    forward (a demo, a plot, a probe at a checkpoint) keeps its graph for a
+    moment and costs nothing worth a finding.
 
     It stays silent when, after `.eval()` and before the model's next
     `.train()`, the code calls `backward()`, `torch.autograd.grad`, an
@@ -138,13 +144,32 @@ class EvalWithoutNoGrad(Rule):
     """
 
     code = "TL601"
-    options = {CHECK_TESTS: check_tests_option()}
     name = "eval-without-no-grad"
     summary = "`model.eval()` followed by forward passes that still record the autograd graph"
     fix_availability = "sometimes"
     requires_any = ("eval",)
 
     VALID = [
+        # A single forward (a demo, a plot, a probe): nothing runs it per batch.
+        Valid("""
+            import torch
+            def show_sample(model, image):
+                model.eval()
+                plot(model(image[None]))
+        """),
+        # Sampling only on some steps: the forward is under a periodic guard.
+        Valid("""
+            import torch
+            def fit(model, loader, val_loader, optimizer):
+                for step, (x, y) in enumerate(loader):
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+                    if step % sample_interval == 0:
+                        model.eval()
+                        save_image(model(fixed_noise))
+                        model.train()
+        """),
         Valid("""
             import torch
             def evaluate(model, loader):
@@ -309,6 +334,9 @@ class EvalWithoutNoGrad(Rule):
             def predict(model, x):
                 model.eval()
                 return model(x)
+
+            for batch in loader:
+                preds.append(predict(model, batch))
             """,
             fixed=None,
         ),
@@ -317,19 +345,21 @@ class EvalWithoutNoGrad(Rule):
             """
             import torch as T
             class Evaluator:
-                def run(self, batch):
+                def run(self, loader):
                     self.model.eval()
-                    logits = self.model.forward(batch)
-                    return logits.softmax(-1)
+                    for batch in loader:
+                        logits = self.model.forward(batch)
+                        yield logits.softmax(-1)
             """,
             fixed="""
             import torch as T
             class Evaluator:
                 @T.no_grad()
-                def run(self, batch):
+                def run(self, loader):
                     self.model.eval()
-                    logits = self.model.forward(batch)
-                    return logits.softmax(-1)
+                    for batch in loader:
+                        logits = self.model.forward(batch)
+                        yield logits.softmax(-1)
             """,
             unsafe_fixes=True,
             message="`self.model.forward(batch)`",
@@ -338,16 +368,18 @@ class EvalWithoutNoGrad(Rule):
         Invalid(
             """
             from torch import no_grad
-            def predict(net, x):
+            def predict(net, loader):
                 net.eval()
-                return net(x)
+                for x, _ in loader:
+                    yield net(x)
             """,
             fixed="""
             from torch import no_grad
             @no_grad()
-            def predict(net, x):
+            def predict(net, loader):
                 net.eval()
-                return net(x)
+                for x, _ in loader:
+                    yield net(x)
             """,
             unsafe_fixes=True,
         ),
@@ -357,9 +389,10 @@ class EvalWithoutNoGrad(Rule):
             """Evaluation helpers."""
             import numpy as np
 
-            def predict(model, x):
+            def predict(model, loader):
                 model.eval()
-                return np.asarray(model(x))
+                for x in loader:
+                    yield np.asarray(model(x))
             ''',
             fixed='''
             """Evaluation helpers."""
@@ -367,9 +400,10 @@ class EvalWithoutNoGrad(Rule):
             import numpy as np
 
             @torch.no_grad()
-            def predict(model, x):
+            def predict(model, loader):
                 model.eval()
-                return np.asarray(model(x))
+                for x in loader:
+                    yield np.asarray(model(x))
             ''',
             unsafe_fixes=True,
         ),
@@ -396,9 +430,11 @@ class EvalWithoutNoGrad(Rule):
         Invalid(
             """
             import torch
-            def load_and_run(path, x, device):
+            def load_and_run(path, loader, device):
                 model = Net().to(device).eval()
-                return model(x)
+                for x in loader:
+                    x = x.to(device)
+                    yield model(x)
             """,
             message="`model(x)`",
         ),
@@ -408,7 +444,8 @@ class EvalWithoutNoGrad(Rule):
             import torch
             model = build()
             model.eval()
-            preds = model(batch)
+            for batch in test_loader:
+                preds = model(batch)
             """,
             fixed=None,
             unsafe_fixes=True,
@@ -417,11 +454,12 @@ class EvalWithoutNoGrad(Rule):
         Invalid(
             """
             import torch
-            def run(model, x):
+            def run(model, loader):
                 model.eval()
                 with torch.set_grad_enabled(True):
                     pass
-                return model(x)
+                for x in loader:
+                    yield model(x)
             """,
         ),
         # a caller without no_grad does not cover
@@ -432,20 +470,21 @@ class EvalWithoutNoGrad(Rule):
                 model.eval()
                 return model(x)
 
-            def main(model, x):
-                return run_eval(model, x)
+            def main(model, loader):
+                for x, y in loader:
+                    run_eval(model, x)
             """,
         ),
         # forward after eval in a no_grad block, a second one outside it
         Invalid(
             """
             import torch
-            def check(model, x, y):
+            def check(model, loader):
                 model.eval()
-                with torch.no_grad():
-                    a = model(x)
-                b = model(y)
-                return a, b
+                for x, y in loader:
+                    with torch.no_grad():
+                        a = model(x)
+                    b = model(y)
             """,
             message="`model(y)`",
         ),
@@ -467,7 +506,8 @@ class EvalWithoutNoGrad(Rule):
         return scope
 
     def _add(self, scope: _Scope, kind: str, node: cst.CSTNode, names: Tuple[str, ...] = ()) -> None:
-        scope.events.append(_Event(kind, node, self.ctx.ancestry(), names))
+        site = self.ctx.site() if kind == FORWARD else None
+        scope.events.append(_Event(kind, node, self.ctx.ancestry(), names, site))
 
     # -- walk ------------------------------------------------------------------
     def visit_Call(self, node: cst.Call) -> None:
@@ -569,6 +609,9 @@ class EvalWithoutNoGrad(Rule):
                     first_unguarded = event
         if first_unguarded is None:
             return
+        per_batch = _evaluation_loop(first_unguarded)
+        if per_batch is None:
+            return  # a single forward (a demo, a plot, a probe): its graph costs nothing worth a finding
         if self._covered_by_callers(scope.function, set()):
             return
         call_text = self.ctx.code_for(first_unguarded.node)
@@ -581,7 +624,8 @@ class EvalWithoutNoGrad(Rule):
             f"`{eval_text}` is followed by the forward pass `{call_text}` with autograd still on, so it keeps every "
             "activation for a backward pass that never comes; run evaluation under `torch.no_grad()` or `torch.inference_mode()`"
         )
-        self.report(eval_event.node, message, self._fix(scope))
+        evidence = [Evidence(per_batch[0], node=per_batch[1])]
+        self.report(eval_event.node, message, self._fix(scope), evidence=evidence)
 
     def _guarded(self, event: _Event) -> bool:
         site = Site(self.ctx, event.stack, None, None)
@@ -697,3 +741,29 @@ def _is_true(node: cst.BaseExpression) -> bool:
 
 def _is_false(node: cst.BaseExpression) -> bool:
     return isinstance(node, cst.Name) and node.value == "False"
+
+
+def _evaluation_loop(forward: _Event) -> Optional[Tuple[str, cst.CSTNode]]:
+    """How ``forward`` runs once per batch, and where that is seen: a loop
+    over data around it (an evaluation loop over a loader), or a batch loop
+    calling its function. None without one: the forward then runs a few
+    times at most (a demo, a plot, a probe), and its graph costs nothing worth
+    a finding."""
+    site = forward.site
+    if site is None:
+        return None
+    for loop in site.loops():
+        if loop.iterates_data and site.runs_every_step(within=loop):
+            return f"the forward pass runs once per batch: {loop.line_hint}", loop.node
+    for ancestor, _ in site.ancestors():
+        if isinstance(ancestor, (cst.FunctionDef, cst.Lambda)):
+            break
+        comprehension = getattr(ancestor, "for_in", None)
+        if isinstance(comprehension, cst.CompFor) and site.ctx.facts.is_data_source(comprehension.iter):
+            source = dotted_name(comprehension.iter) or "the data"
+            return f"the forward pass runs once per batch of `{source}`", ancestor
+    loop, helper = site.per_step()
+    if loop is None:
+        return None
+    where = "the forward pass" if helper is None else f"`{helper.name}()`"
+    return f"{where} runs once per batch: {loop.line_hint}", per_batch_anchor(loop, helper)

@@ -5,7 +5,7 @@ from typing import List, Optional, Set, Tuple
 
 import libcst as cst
 
-from torchlint.model import CHECK_TESTS, FunctionInfo, check_tests_option, dotted_name, is_module_base, names_a_module
+from torchlint.model import FunctionInfo, dotted_name, is_module_base, names_a_module
 from torchlint.rule import DISPLAY_ONLY, UNSAFE, Invalid, Rule, Valid
 
 # Attributes that hold the module a wrapper wraps: a wrapper's forward calling
@@ -88,7 +88,6 @@ class ForwardCalledDirectly(Rule):
     """
 
     code = "TL603"
-    options = {CHECK_TESTS: check_tests_option()}
     name = "forward-called-directly"
     summary = "`module.forward(x)` bypasses the module's hooks; call `module(x)`"
     fix_availability = "always"

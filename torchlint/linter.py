@@ -25,9 +25,9 @@ from torchlint.collector import Collector
 from torchlint.crossfile import ProjectAnalysis
 from torchlint.model import FileModel
 from torchlint.positions import positions_of
-from torchlint.project import CHECK_TESTS, ProjectFacts, Projects, TorchRange, for_file, is_test_module, with_target
+from torchlint.project import ProjectFacts, Projects, TorchRange, for_file, is_test_module, with_target
 from torchlint.registry import SyntaxErrorRule
-from torchlint.rule import Diagnostic, Edit, Evidence, Fix, ResolvedEdit, ResolvedEvidence, ResolvedFix, Rule
+from torchlint.rule import CHECK_TESTS, Diagnostic, Edit, Evidence, Fix, ResolvedEdit, ResolvedEvidence, ResolvedFix, Rule
 from torchlint.source import split_lines
 from torchlint.walker import Walker, build_dispatch
 
@@ -116,7 +116,7 @@ def _lint_module(text: str, path: str, options: FileOptions, rules: Sequence[Typ
     instances = []
     for rule in rules:
         opts = {**rule.option_defaults(), **options.rule_options.get(rule.code, {})}
-        if in_tests and CHECK_TESTS in opts and not opts[CHECK_TESTS]:
+        if in_tests and not opts[CHECK_TESTS]:
             continue  # a test syncs, targets a device or skips no-grad on purpose
         instances.append(rule(ctx, opts))
     failed: Dict[Rule, InternalError] = {}

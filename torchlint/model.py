@@ -55,7 +55,7 @@ from torchlint.facts import (
     uses_default_collate,
 )
 from torchlint.names import ImportTable, dotted_name, last_name
-from torchlint.project import CHECK_TESTS, ProjectFacts, TorchRange, check_tests_option, requires_cuda
+from torchlint.project import ProjectFacts, TorchRange, requires_cuda
 from torchlint.rule import Edit, Evidence, Fix
 from torchlint.tensors import (
     SYNCHRONIZE_CALLS,
@@ -88,9 +88,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from torchlint.rule import Rule
 
 __all__ = [
-    "CHECK_TESTS", "FileModel", "FunctionInfo", "LoaderInfo", "LoopInfo", "NO_GRAD_CONTEXTS", "Origin",
+    "FileModel", "FunctionInfo", "LoaderInfo", "LoopInfo", "NO_GRAD_CONTEXTS", "Origin",
     "SCALER_NAME", "SET_GRAD_ENABLED", "SYNCHRONIZE_CALLS", "Site", "UNKNOWN_PART", "already_on_host", "autocast_dtype",
-    "check_tests_option", "child_nodes", "conv_dims", "device_move", "does_per_item_work", "dotted_name", "enabled",
+    "child_nodes", "conv_dims", "device_move", "does_per_item_work", "dotted_name", "enabled",
     "enclosing_autocast", "exclusive_branches", "is_autocast_call", "is_dataloader_call", "is_grad_scaler_call",
     "is_module_base", "is_no_grad_decorated", "iter_subtree", "launches_device_work", "keyword", "keyword_value", "last_name",
     "literal_bool", "lives_on_host", "loop_trains", "mentions_cuda_availability", "module_evidence",
@@ -142,6 +142,7 @@ class FileModel:
         self.binding_count = 0
         self.reports: List[Tuple["Rule", cst.CSTNode, str, Optional[Fix], Tuple[Evidence, ...]]] = []
         self._host_only: Optional[bool] = None
+        self._accelerator_move: Optional[Tuple[Optional[cst.Call]]] = None
         # which names hold batch data, per scope (TL201, TL202, TL206 ask it)
         self.batches = BatchFlow(self)
         # ids of the assignment values being walked: their targets are not bound yet
@@ -154,6 +155,17 @@ class FileModel:
         if self._host_only is None:
             self._host_only = NAMES_A_DEVICE_OR_TRAINS.search(self.source) is None
         return self._host_only
+
+    def accelerator_move(self) -> Optional[cst.Call]:
+        """The first call in the file that moves a tensor or a model to an
+        accelerator (``.cuda()``, ``.to(device)``, ``.type(torch.cuda.FloatTensor)``):
+        the evidence that the file's work runs on a GPU. None when the file
+        moves nothing there (it trains on the CPU, or another file places the
+        work). Read once, when asked."""
+        if self._accelerator_move is None:
+            moves = (node for node in iter_subtree(self.module) if isinstance(node, cst.Call) and device_move(self, node) == "device")
+            self._accelerator_move = (next(moves, None),)
+        return self._accelerator_move[0]
 
     def report(self, rule: "Rule", node: cst.CSTNode, message: str, fix: Optional[Fix] = None, evidence: Tuple[Evidence, ...] = ()) -> None:
         self.reports.append((rule, node, message, fix, evidence))

@@ -730,17 +730,6 @@ def _package_folder(folder: str) -> str:
 
 # test_x.py, x_test.py, conftest.py, or anything under test/, tests/, testing/
 _TEST_PATH = re.compile(r"(^|/)(tests?|testing)/|(^|/)(test_[^/]*|[^/]*_tests?|conftest)\.pyi?$")
-CHECK_TESTS = "check-tests"
-
-
-def check_tests_option():
-    """The ``check-tests`` option of a rule that leaves test modules alone.
-
-    The engine (``linter._lint_module``) does the skipping for every rule
-    that declares it, so no rule repeats the test."""
-    from torchlint.rule import Option
-
-    return Option(bool, False, "also check test modules, which are skipped by default")
 
 
 def is_test_module(path: str) -> bool:

@@ -38,6 +38,13 @@ class Option:
     doc: str
 
 
+# Every rule leaves test modules alone unless this option is set for it: judging.md's
+# "not training code" (a test targets a device, syncs or skips no-grad on purpose, on
+# tiny inputs nobody times). ``torchlint.linter`` does the skipping.
+CHECK_TESTS = "check-tests"
+CHECK_TESTS_OPTION = Option(bool, False, "also check test modules (test_*.py, *_test.py, conftest.py, tests/), skipped by default")
+
+
 @dataclass(frozen=True)
 class Valid:
     """Code on which the rule must stay silent."""
@@ -202,6 +209,7 @@ class Rule:
     # "always", "sometimes" or "none": whether findings carry a fix.
     fix_availability: ClassVar[str] = "none"
     added: ClassVar[str] = "0.1.0"
+    # Each rule's own options; ``check-tests`` is added to every rule's (``__init_subclass__``).
     options: ClassVar[Dict[str, Option]] = {}
     # Text pre-filter: the rule can only fire on a file containing one of
     # these substrings. Empty means "run on every file". Claim a token here
@@ -209,6 +217,10 @@ class Rule:
     requires_any: ClassVar[Tuple[str, ...]] = ()
     VALID: ClassVar[List[Valid]] = []
     INVALID: ClassVar[List[Invalid]] = []
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.options = {**cls.options, CHECK_TESTS: CHECK_TESTS_OPTION}
 
     def __init__(self, ctx: "FileModel", options: Dict[str, Any]) -> None:
         self.ctx = ctx

@@ -18,7 +18,7 @@ import re
 
 import pytest
 
-from torchlint.project import CHECK_TESTS
+from torchlint.rule import CHECK_TESTS
 from torchlint.registry import all_rules
 
 from ruletest import expectations, lint

@@ -1,4 +1,4 @@
-"""TL501 skips test modules and CUDA-only toolkits unless told otherwise."""
+"""TL501 skips CUDA-only toolkits, and every rule skips test modules, unless told otherwise."""
 import pytest
 
 from torchlint.linter import FileOptions, lint_text
@@ -88,3 +88,29 @@ def test_importing_a_nccl_module_of_the_project(tmp_path):
     )
     assert "other.py:3:" in out.stdout
     assert "logging.py" not in out.stdout
+
+
+def test_every_rule_leaves_test_modules_alone_unless_asked():
+    """judging.md's "not training code": a test module is skipped by every rule,
+    and the ``check-tests`` option of each rule brings it back."""
+    for code, rule in all_rules().items():
+        assert rule.options["check-tests"].default is False, code
+    source = (
+        "import torch\n\n"
+        "def test_step(model, loader, optimizer):\n"
+        "    for x, y in loader:\n"
+        "        loss = model(x.cuda(), torch.zeros(4).cuda()).sum()\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n"
+        "        optimizer.zero_grad()\n"
+        "        print(loss.item())\n"
+    )
+    rules = [all_rules()[code] for code in ("TL101", "TL204")]
+
+    def codes(path, **options):
+        out = lint_text(source, path, FileOptions(rules=rules, rule_options={r.code: options for r in rules}))
+        return sorted(d.code for d in out.diagnostics)
+
+    assert codes("src/train.py") == ["TL101", "TL204"]
+    assert codes("tests/test_train.py") == []
+    assert codes("tests/test_train.py", **{"check-tests": True}) == ["TL101", "TL204"]
