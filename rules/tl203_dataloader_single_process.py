@@ -4,7 +4,7 @@ from typing import Dict, List, Optional, Set
 
 import libcst as cst
 
-from torchlint.model import LoaderInfo, LoopInfo, does_per_item_work, dotted_name, iter_subtree
+from torchlint.model import LoaderInfo, LoopInfo, does_per_item_work, dotted_name, iter_subtree, last_name
 from torchlint.rule import Evidence, Invalid, Rule, Valid
 
 
@@ -168,6 +168,17 @@ class DataloaderSingleProcess(Rule):
                 for x, y in val_loader:
                     model(x.cuda())
         """),
+        # Only peeked at: one batch taken to look at a sample.
+        Valid("""
+            from torch.utils.data import DataLoader
+            from torchvision import datasets
+            check_loader = DataLoader(datasets.ImageFolder(root, transform=tf), batch_size=1)
+            sample = first(check_loader)
+            images, labels = next(iter(check_loader))
+            train_loader = DataLoader(datasets.ImageFolder(root, transform=tf), batch_size=64, num_workers=8)
+            for x, y in train_loader:
+                model(x.cuda()).sum().backward()
+        """),
         # Trains on the CPU: nothing in the file moves data or the model to a GPU.
         Valid("""
             from torch.utils.data import DataLoader
@@ -297,7 +308,7 @@ class DataloaderSingleProcess(Rule):
         for loader in facts.loaders:
             reason = self._single_process(loader)
             dataset = _dataset_argument(loader.call)
-            if reason is None or self._evaluation_only(loader) or not self._loads_per_item(dataset):
+            if reason is None or self._evaluation_only(loader) or self._only_peeked(loader) or not self._loads_per_item(dataset):
                 continue
             self.report(
                 loader.call,
@@ -305,7 +316,7 @@ class DataloaderSingleProcess(Rule):
                 "set `num_workers` to a few worker processes",
                 evidence=[
                     Evidence("fetching a sample is real work (files read or decoded, or a transform applied)", node=dataset),
-                    Evidence(f"the work runs on a GPU: `{self.ctx.code_for(move)}`", node=move),
+                    Evidence(f"the work runs on a GPU: `{_last_line(self.ctx.code_for(move))}`", node=move),
                 ],
             )
 
@@ -331,6 +342,20 @@ class DataloaderSingleProcess(Rule):
             return False
         loops = [loop for loop in self.ctx.facts.loops.values() if isinstance(loop.node, cst.For) and _iterates(loop.node.iter, loader.target)]
         return bool(loops) and not any(self._loop_trains(loop) for loop in loops)
+
+    def _only_peeked(self, loader: LoaderInfo) -> bool:
+        """Every use of the loader takes one batch (``first(loader)``,
+        ``next(iter(loader))``): a look at a sample, not a data feed."""
+        if loader.target is None:
+            return False
+        uses = peeks = 0
+        for node in iter_subtree(self.ctx.module):
+            if isinstance(node, (cst.Name, cst.Attribute)) and dotted_name(node) == loader.target:
+                uses += 1
+            elif isinstance(node, cst.Call) and last_name(node.func) in _PEEKS:
+                peeks += sum(1 for arg in node.args if dotted_name(arg.value) == loader.target)
+        reads = uses - len(self.assigned.get(loader.target, ()))  # the assignments' targets are no reads
+        return reads > 0 and reads == peeks
 
     def _loop_trains(self, loop: LoopInfo) -> bool:
         """It, or a loop nested in it, trains (directly or through a module function)."""
@@ -365,6 +390,8 @@ class DataloaderSingleProcess(Rule):
         return False
 
 
+# Calls that take one batch of a loader: a look at a sample.
+_PEEKS = frozenset({"first", "next", "iter"})
 _TRANSFORM_KEYWORDS = frozenset({"transform", "transforms", "target_transform"})
 _WRAPPERS = frozenset({"Subset", "ConcatDataset", "ChainDataset"})
 def _dataset_argument(call: cst.Call) -> Optional[cst.BaseExpression]:
@@ -381,3 +408,9 @@ def _iterates(iterable: cst.BaseExpression, name: str) -> bool:
 
 def _is_none(node: cst.BaseExpression) -> bool:
     return isinstance(node, cst.Name) and node.value == "None"
+
+
+def _last_line(code: str) -> str:
+    """A call that spans lines, named by its last line (``….to(device)``)."""
+    lines = code.strip().splitlines()
+    return lines[0] if len(lines) == 1 else "…" + lines[-1].strip()
