@@ -50,7 +50,10 @@ class HostSyncInLoop(Rule):
     `torch.cuda.synchronize()`, for timing) has drained the GPU, later reads
     in the same iteration find nothing queued and cost nothing more, unless a
     model or loss call, a backward, an optimizer step or a collective comes
-    in between.
+    in between. When every iteration runs an explicit
+    `torch.cuda.synchronize()` (a step timer), before or after the read, the
+    host waits once per step anyway and the read adds no stall: nothing is
+    reported there (TL102 speaks of the synchronize itself).
 
     The rule stays silent under a periodic guard (`if step % N == 0:`), once
     per epoch or after the loop, on exception paths (`except` blocks, `raise`
@@ -111,6 +114,20 @@ class HostSyncInLoop(Rule):
     # another file of the project calls it.
 
     VALID = [
+        # A deliberate synchronize every step (a timer): the host waits once per
+        # step anyway, so the read before it adds no stall of its own.
+        Valid("""
+            import time
+            import torch
+            for x, y in loader:
+                start = time.perf_counter()
+                loss = model(x.cuda()).sum()
+                loss.backward()
+                optimizer.step()
+                total += loss.item()
+                torch.cuda.synchronize()
+                times.append(time.perf_counter() - start)
+        """),
         Valid("""
             for step, batch in enumerate(loader):
                 loss = model(batch)
@@ -595,6 +612,15 @@ class HostSyncInLoop(Rule):
         )
 
     # -- deciding, once the module's loops and calls are known -------------------
+    def _iteration_synchronizes(self, loop, helper) -> bool:
+        """Does every iteration (every call of the helper) run an explicit
+        `torch.cuda.synchronize()`, before or after the read? Then the host
+        waits for the GPU once per step anyway (a timer, a deliberate drain),
+        and the read adds no stall of its own."""
+        owner = helper.node if helper is not None else getattr(loop, "node", None)
+        body = getattr(owner, "body", None)
+        return body is not None and any(block == id(body) for block, _ in self.synchronized_positions)
+
     def finish(self) -> None:
         # Where the host has already waited this iteration: (id(block), index of
         # the statement in it). A read after one of these, with no model call,
@@ -621,6 +647,8 @@ class HostSyncInLoop(Rule):
                     )
                 continue
             if site.under_periodic_guard(within=loop if helper is None else None):
+                continue
+            if self._iteration_synchronizes(loop, helper):
                 continue
             if helper is None:
                 message = (
