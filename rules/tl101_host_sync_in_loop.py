@@ -8,6 +8,8 @@ from torchlint.model import (
     SYNCHRONIZE_CALLS,
     Site,
     already_on_host,
+    iter_subtree,
+    last_name,
     launches_device_work,
     lives_on_host,
     module_evidence,
@@ -53,7 +55,10 @@ class HostSyncInLoop(Rule):
     in between. When every iteration runs an explicit
     `torch.cuda.synchronize()` (a step timer), before or after the read, the
     host waits once per step anyway and the read adds no stall: nothing is
-    reported there (TL102 speaks of the synchronize itself).
+    reported there (TL102 speaks of the synchronize itself). A NaN or inf
+    guard on a tensor (`if torch.isnan(loss): raise …`) counts the same way:
+    the host needs that answer every step by design, so the guard is not
+    reported and the iteration's other reads are free.
 
     The rule stays silent under a periodic guard (`if step % N == 0:`), once
     per epoch or after the loop, on exception paths (`except` blocks, `raise`
@@ -114,6 +119,18 @@ class HostSyncInLoop(Rule):
     # another file of the project calls it.
 
     VALID = [
+        # A NaN guard: the host needs the answer every step, by design; the
+        # iteration waits there anyway, so the read after it adds nothing.
+        Valid("""
+            import torch
+            for x, y in loader:
+                loss = model(x.cuda()).sum()
+                if not torch.isfinite(loss):
+                    raise RuntimeError("loss diverged")
+                loss.backward()
+                optimizer.step()
+                total += loss.item()
+        """),
         # A deliberate synchronize every step (a timer): the host waits once per
         # step anyway, so the read before it adds no stall of its own.
         Valid("""
@@ -377,7 +394,7 @@ class HostSyncInLoop(Rule):
             import torch
             for batch in loader:
                 loss = model(batch)
-                assert torch.isfinite(loss).all()
+                assert (loss < 1e4).all()
             """,
             message="`assert`",
         ),
@@ -504,6 +521,11 @@ class HostSyncInLoop(Rule):
             return
         for part in _boolean_parts(test):
             evidence = self._is_device_value(part)
+            if evidence and _checks_finite(part):
+                # A NaN/inf guard stops or skips the step: the host needs the answer, every
+                # step, by design. It is the iteration's wait, like an explicit synchronize.
+                self.synchronized_positions.update(_unconditional_positions(self.ctx.site()))
+                return
             if evidence:
                 self._candidate(part, f"{keyword} on a tensor", None, param=evidence)
                 return
@@ -690,6 +712,14 @@ def _unconditional_positions(site: Site) -> List[Tuple[int, int]]:
         elif isinstance(block, (cst.ListComp, cst.GeneratorExp, cst.DictComp, cst.SetComp)):
             unconditional = False  # may run zero times
     return positions
+
+
+_FINITENESS = frozenset({"isnan", "isinf", "isfinite", "isneginf", "isposinf", "isreal"})
+
+
+def _checks_finite(test: cst.BaseExpression) -> bool:
+    """``torch.isnan(loss)``, ``not torch.isfinite(loss).all()``, ``loss.isnan().any()``."""
+    return any(isinstance(node, cst.Call) and last_name(node.func) in _FINITENESS for node in iter_subtree(test))
 
 
 def _is_to_cpu(node: cst.Call) -> bool:
