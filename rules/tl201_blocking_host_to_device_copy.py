@@ -16,7 +16,7 @@ from torchlint.model import (
     mentions_cuda_availability,
     uses_default_collate,
 )
-from torchlint.rule import DISPLAY_ONLY, SAFE, UNSAFE, Invalid, Option, Rule, Valid
+from torchlint.rule import DISPLAY_ONLY, SAFE, UNSAFE, Evidence, Invalid, Option, Rule, Valid
 
 # A name that holds a device: `device`, `args.device`, `self.dev`, `local_rank`, `x.device`.
 _DEVICE_NAME = re.compile(r"(?i)(^|_)(device|dev|gpu|cuda|rank|local_rank|gpu_id|device_id)s?$|^device")
@@ -498,7 +498,21 @@ class BlockingHostToDeviceCopy(Rule):
             if not self._keyword_cannot_change_behaviour(site, call, origin, assumed=applicability == UNSAFE):
                 applicability = DISPLAY_ONLY
             fix = self.ctx.fix(applicability, "Add `non_blocking=True`", _add_non_blocking(self.ctx, call))
-            self.report(call, message, fix)
+            self.report(call, message, fix, evidence=self._evidence(origin, where))
+
+    def _evidence(self, origin: Origin, where: str) -> List[Evidence]:
+        """Where the batch comes from (the loader and its pinning) and the loop that copies it per batch."""
+        facts = []
+        loader = self.ctx.facts.loader_for(origin.source, origin.function) if origin.source is not None else None
+        source = dotted_name(origin.source) if origin.source is not None else None
+        # a loader built in another file is placed by its message (``where``); here, by its call
+        place = loader.call if loader is not None and loader.call is not None and not loader.where else origin.loop_node
+        if where and place is not None:
+            text = f"the batch comes from `{source}`: {where}" if source else f"the batch is {where}"
+            facts.append(Evidence(text, node=place))
+        if origin.kind == "loop" and origin.loop_node is not None:
+            facts.append(Evidence("the copy runs once per batch of this loop", node=origin.loop_node))
+        return facts
 
     def _keyword_cannot_change_behaviour(self, site: Site, call: cst.Call, origin: Origin, assumed: bool) -> bool:
         """What `non_blocking=True` needs to be a pure speed-up: a torch tensor
