@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+from typing import Sequence
+
 from torchlint.model import LoaderInfo, keyword
-from torchlint.rule import UNSAFE, Invalid, Rule, Valid
+from torchlint.rule import UNSAFE, Evidence, Invalid, Rule, Valid
 
 
 class DataloaderNotPinned(Rule):
@@ -334,7 +336,8 @@ class DataloaderNotPinned(Rule):
             for target in targets:
                 if id(target) not in flagged:
                     flagged.add(id(target))
-                    self._report(target)
+                    copied = [Evidence("its batches are copied to the GPU once per batch of this loop", node=origin.loop_node)] if origin.loop_node is not None else []
+                    self._report(target, evidence=copied)
         for loader in unpinned:
             if id(loader) not in flagged:
                 where = self.ctx.loader_copied_elsewhere(loader)
@@ -345,7 +348,7 @@ class DataloaderNotPinned(Rule):
     def _handed_to_framework(self, loader: LoaderInfo) -> bool:
         return loader.target is not None and loader.target in self.ctx.batches.placed_by_framework
 
-    def _report(self, loader: LoaderInfo, where: str = "this module") -> None:
+    def _report(self, loader: LoaderInfo, where: str = "this module", evidence: Sequence[Evidence] = ()) -> None:
         call = loader.call
         arg = keyword(call, "pin_memory")
         message = (
@@ -364,4 +367,4 @@ class DataloaderNotPinned(Rule):
             else:
                 edit = self.ctx.replace(call, f"{self.ctx.code_for(call.func)}(pin_memory=True)")
             fix = self.ctx.fix(UNSAFE, "Add `pin_memory=True`", edit)
-        self.report(call, message, fix)
+        self.report(call, message, fix, evidence=evidence)
