@@ -168,6 +168,15 @@ class DataloaderSingleProcess(Rule):
                 for x, y in val_loader:
                     model(x.cuda())
         """),
+        # Stored and never used: the training loop iterates another loader.
+        Valid("""
+            from torch.utils.data import DataLoader
+            from torchvision import datasets
+            unused_loader = DataLoader(datasets.MNIST(root, transform=tf), batch_size=64)
+            train_loader = DataLoader(datasets.MNIST(root, transform=tf), batch_size=64, num_workers=4)
+            for x, y in train_loader:
+                model(x.cuda()).sum().backward()
+        """),
         # Only peeked at: one batch taken to look at a sample.
         Valid("""
             from torch.utils.data import DataLoader
@@ -308,7 +317,7 @@ class DataloaderSingleProcess(Rule):
         for loader in facts.loaders:
             reason = self._single_process(loader)
             dataset = _dataset_argument(loader.call)
-            if reason is None or self._evaluation_only(loader) or self._only_peeked(loader) or not self._loads_per_item(dataset):
+            if reason is None or self._evaluation_only(loader) or self._not_a_data_feed(loader) or not self._loads_per_item(dataset):
                 continue
             self.report(
                 loader.call,
@@ -343,9 +352,10 @@ class DataloaderSingleProcess(Rule):
         loops = [loop for loop in self.ctx.facts.loops.values() if isinstance(loop.node, cst.For) and _iterates(loop.node.iter, loader.target)]
         return bool(loops) and not any(self._loop_trains(loop) for loop in loops)
 
-    def _only_peeked(self, loader: LoaderInfo) -> bool:
-        """Every use of the loader takes one batch (``first(loader)``,
-        ``next(iter(loader))``): a look at a sample, not a data feed."""
+    def _not_a_data_feed(self, loader: LoaderInfo) -> bool:
+        """The loader is stored under a name that nothing reads (dead code), or
+        every use of it takes one batch (``first(loader)``,
+        ``next(iter(loader))``): a look at a sample."""
         if loader.target is None:
             return False
         uses = peeks = 0
@@ -355,7 +365,7 @@ class DataloaderSingleProcess(Rule):
             elif isinstance(node, cst.Call) and last_name(node.func) in _PEEKS:
                 peeks += sum(1 for arg in node.args if dotted_name(arg.value) == loader.target)
         reads = uses - len(self.assigned.get(loader.target, ()))  # the assignments' targets are no reads
-        return reads > 0 and reads == peeks
+        return reads == peeks
 
     def _loop_trains(self, loop: LoopInfo) -> bool:
         """It, or a loop nested in it, trains (directly or through a module function)."""
