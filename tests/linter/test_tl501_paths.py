@@ -29,7 +29,7 @@ def test_cuda_toolkit_modules_are_cuda_only(module):
     assert _codes("src/kernels.py", f"import {module}\n" + SOURCE) == []
 
 
-EVAL_SOURCE = "import torch\n\ndef check(model, x):\n    model.eval()\n    return model(x)\n"
+EVAL_SOURCE = "import torch\n\ndef check(model, loader):\n    model.eval()\n    for x, y in loader:\n        yield model(x)\n"
 FORWARD_SOURCE = "import torch\n\nmodel = torch.nn.Linear(2, 2)\ny = model.forward(torch.ones(2))\n"
 
 
