@@ -20,6 +20,8 @@ from torchlint.rule import DISPLAY_ONLY, SAFE, UNSAFE, Invalid, Option, Rule, Va
 
 # A name that holds a device: `device`, `args.device`, `self.dev`, `local_rank`, `x.device`.
 _DEVICE_NAME = re.compile(r"(?i)(^|_)(device|dev|gpu|cuda|rank|local_rank|gpu_id|device_id)s?$|^device")
+
+
 class BlockingHostToDeviceCopy(Rule):
     """## What it does
     Flags `.to(device)`, `.to("cuda")`, `.to(device, dtype)` and `.cuda()` on
@@ -183,13 +185,16 @@ class BlockingHostToDeviceCopy(Rule):
                     model(x).sum().backward()
         """),
         # A framework already placed the batches on the device.
-        Valid("""
+        Valid(
+            """
             from torch.utils.data import DataLoader
             loader = DataLoader(ds, pin_memory=True)
             model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
             for batch in loader:
                 batch = batch.to(accelerator.device)
-        """, options={"assume-pinned": True}),
+        """,
+            options={"assume-pinned": True},
+        ),
         # A copy with **kwargs may already pass non_blocking.
         Valid("""
             from torch.utils.data import DataLoader
@@ -524,7 +529,9 @@ class BlockingHostToDeviceCopy(Rule):
         call = loader.call
         if any(arg.keyword is not None and arg.keyword.value == "collate_fn" for arg in call.args):
             return False
-        if len([arg for arg in call.args if arg.keyword is None and not arg.star]) > 6 or any(arg.star == "*" for arg in call.args):
+        if len([arg for arg in call.args if arg.keyword is None and not arg.star]) > 6 or any(
+            arg.star == "*" for arg in call.args
+        ):
             return False
         scope = id(loader.function.node) if loader.function is not None else 0
         for starred in (arg for arg in call.args if arg.star == "**"):
@@ -565,7 +572,20 @@ def _add_non_blocking(ctx, call: cst.Call):
     if call.args:
         last = call.args[-1]
         return ctx.replace(last.value, f"{ctx.code_for(last.value)}, non_blocking=True")
-    return ctx.replace(call, call.with_changes(args=[cst.Arg(keyword=cst.Name("non_blocking"), value=cst.Name("True"), equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")))]))
+    return ctx.replace(
+        call,
+        call.with_changes(
+            args=[
+                cst.Arg(
+                    keyword=cst.Name("non_blocking"),
+                    value=cst.Name("True"),
+                    equal=cst.AssignEqual(
+                        whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
+                    ),
+                )
+            ]
+        ),
+    )
 
 
 def _is_bool_literal(node: cst.BaseExpression) -> bool:

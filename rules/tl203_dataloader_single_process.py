@@ -277,7 +277,11 @@ class DataloaderSingleProcess(Rule):
             return
         for loader in facts.loaders:
             reason = self._single_process(loader)
-            if reason is None or self._evaluation_only(loader) or not self._loads_per_item(_dataset_argument(loader.call)):
+            if (
+                reason is None
+                or self._evaluation_only(loader)
+                or not self._loads_per_item(_dataset_argument(loader.call))
+            ):
                 continue
             self.report(
                 loader.call,
@@ -305,7 +309,11 @@ class DataloaderSingleProcess(Rule):
         """Loops iterate this loader's name, and none of them trains."""
         if loader.target is None:
             return False
-        loops = [loop for loop in self.ctx.facts.loops.values() if isinstance(loop.node, cst.For) and _iterates(loop.node.iter, loader.target)]
+        loops = [
+            loop
+            for loop in self.ctx.facts.loops.values()
+            if isinstance(loop.node, cst.For) and _iterates(loop.node.iter, loader.target)
+        ]
         return bool(loops) and not any(self._loop_trains(loop) for loop in loops)
 
     def _loop_trains(self, loop: LoopInfo) -> bool:
@@ -331,7 +339,10 @@ class DataloaderSingleProcess(Rule):
         qname = self.ctx.qualified_name(node.func) or dotted_name(node.func) or ""
         if qname.startswith("torchvision.datasets."):
             return True
-        if any(arg.keyword is not None and arg.keyword.value in _TRANSFORM_KEYWORDS and not _is_none(arg.value) for arg in node.args):
+        if any(
+            arg.keyword is not None and arg.keyword.value in _TRANSFORM_KEYWORDS and not _is_none(arg.value)
+            for arg in node.args
+        ):
             return True
         name = qname.rsplit(".", 1)[-1]
         if name in self.loading_classes or self.ctx.class_loads_per_item(node.func):
@@ -343,6 +354,8 @@ class DataloaderSingleProcess(Rule):
 
 _TRANSFORM_KEYWORDS = frozenset({"transform", "transforms", "target_transform"})
 _WRAPPERS = frozenset({"Subset", "ConcatDataset", "ChainDataset"})
+
+
 def _dataset_argument(call: cst.Call) -> Optional[cst.BaseExpression]:
     for arg in call.args:
         if arg.keyword is not None and arg.keyword.value == "dataset":

@@ -271,4 +271,3 @@ def _names(target: cst.BaseExpression) -> Set[str]:
         return _names(target.value)
     name = dotted_name(target)
     return {name} if name else set()
-

@@ -317,4 +317,3 @@ class MissingZeroGrad(Rule):
                 f"`{text}` runs in {target.line_hint}, which calls `backward()` but never clears the gradients: "
                 "every step applies the sum of all gradients so far; call `zero_grad()` after each step",
             )
-

@@ -9,7 +9,9 @@ from torchlint.model import FunctionInfo, LoopInfo, Site, dotted_name, loop_trai
 from torchlint.rule import Invalid, Rule, Valid
 
 # Models that are evaluated but never trained: staying in eval mode is right.
-_NOT_TRAINED = re.compile(r"(?i)(ema|teacher|target|frozen|shadow|swa|averaged|reference|ref_model|^ref$|critic_target)")
+_NOT_TRAINED = re.compile(
+    r"(?i)(ema|teacher|target|frozen|shadow|swa|averaged|reference|ref_model|^ref$|critic_target)"
+)
 
 
 class TrainModeNotRestored(Rule):
@@ -447,7 +449,9 @@ class TrainModeNotRestored(Rule):
         if any(id(l) in self.restores for l in self.ctx.facts.loops.values() if l.function is info):
             return True
         return any(
-            self._function_restores(callee, seen) for name in info.calls for callee in self.ctx.facts.functions.get(name, ())
+            self._function_restores(callee, seen)
+            for name in info.calls
+            for callee in self.ctx.facts.functions.get(name, ())
         )
 
     def _model_at_call(self, function: FunctionInfo, receiver: str, call: cst.Call, callee: str) -> Optional[str]:
@@ -479,7 +483,7 @@ class TrainModeNotRestored(Rule):
         name = dotted_name(argument) if argument is not None else None
         if name is None:
             return None
-        rest = receiver[len(head):]
+        rest = receiver[len(head) :]
         return name + rest
 
     def _descendants(self, loop: LoopInfo) -> List[LoopInfo]:

@@ -9,7 +9,9 @@ from torchlint.model import LoaderInfo, dotted_name, is_dataloader_call, keyword
 from torchlint.rule import Invalid, Rule, Valid
 
 _WRAPPERS = ("DistributedDataParallel", "FullyShardedDataParallel")
-_NON_DISTRIBUTED_SAMPLERS = frozenset({"RandomSampler", "SequentialSampler", "WeightedRandomSampler", "SubsetRandomSampler"})
+_NON_DISTRIBUTED_SAMPLERS = frozenset(
+    {"RandomSampler", "SequentialSampler", "WeightedRandomSampler", "SubsetRandomSampler"}
+)
 _TRAIN_NAME = re.compile(r"(?i)train")
 _EVAL_NAME = re.compile(r"(?i)(val|test|eval|infer|predict|calib)")
 # Datasets that shard themselves (iterable/streaming datasets, explicit rank slicing).

@@ -5,6 +5,7 @@ A ``Site`` is a snapshot of a node's ancestors taken during the walk
 batch loop, which loops call this function) are exact once the walk is over,
 so rules ask them in ``finish()``.
 """
+
 from __future__ import annotations
 
 import re
@@ -19,6 +20,7 @@ from torchlint.vocabulary import CUDA_AVAILABILITY, INDEX_NAME, NO_GRAD_CONTEXTS
 
 if TYPE_CHECKING:  # pragma: no cover
     from torchlint.model import FileModel
+
 
 def exclusive_branches(a: Sequence[cst.CSTNode], b: Sequence[cst.CSTNode]) -> bool:
     """Do two nodes, given by their ancestor stacks (``Site.stack``, root first),
@@ -117,7 +119,13 @@ def is_no_grad_decorated(ctx: "FileModel", function: cst.FunctionDef) -> bool:
         name = _decorator_call_name(ctx, decorator)
         if name in NO_GRAD_CONTEXTS:
             return True
-        if name is None and last_name(decorator.decorator if not isinstance(decorator.decorator, cst.Call) else decorator.decorator.func) in ctx.facts.no_grad_decorators:
+        if (
+            name is None
+            and last_name(
+                decorator.decorator if not isinstance(decorator.decorator, cst.Call) else decorator.decorator.func
+            )
+            in ctx.facts.no_grad_decorators
+        ):
             return True
     return False
 
@@ -151,7 +159,9 @@ class Site:
 
     __slots__ = ("ctx", "stack", "function", "loop", "bindings_seen")
 
-    def __init__(self, ctx: "FileModel", stack: Sequence[cst.CSTNode], function: Optional[FunctionInfo], loop: Optional[LoopInfo]) -> None:
+    def __init__(
+        self, ctx: "FileModel", stack: Sequence[cst.CSTNode], function: Optional[FunctionInfo], loop: Optional[LoopInfo]
+    ) -> None:
         self.ctx = ctx
         self.stack = tuple(stack)
         self.function = function
@@ -230,7 +240,12 @@ class Site:
         function = self.function
         while function is not None and function.parent is not None:
             function = function.parent
-        if analysis is not None and function is not None and function.class_name is not None and self._uses_argument(function):
+        if (
+            analysis is not None
+            and function is not None
+            and function.class_name is not None
+            and self._uses_argument(function)
+        ):
             hint = analysis.hot_from_elsewhere(self.ctx, function)
             if hint is not None:
                 return ForeignLoop(hint), function
@@ -330,7 +345,11 @@ def _skipped_unless_periodic(ctx: "FileModel", block: cst.IndentedBlock, child: 
     if entry is None or entry[0] is not block:
         body = block.body
         first = next(
-            (i for i, s in enumerate(body) if isinstance(s, cst.If) and is_periodic_test(s.test) and _body_is_continue(s.body)),
+            (
+                i
+                for i, s in enumerate(body)
+                if isinstance(s, cst.If) and is_periodic_test(s.test) and _body_is_continue(s.body)
+            ),
             None,
         )
         entry = cache[id(block)] = (block, frozenset(map(id, body[first + 1 :])) if first is not None else frozenset())

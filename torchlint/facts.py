@@ -7,6 +7,7 @@ each one runs once per batch, its DataLoaders, dict literals passed as
 complete only when the walk ends, which is why rules that depend on them
 collect candidates and decide in ``finish()``.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -142,7 +143,9 @@ def uses_default_collate(call: Optional[cst.Call]) -> bool:
     if call is None:
         return False
     positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
-    return len(positional) <= 6 and not any(arg.star or (arg.keyword is not None and arg.keyword.value == "collate_fn") for arg in call.args)
+    return len(positional) <= 6 and not any(
+        arg.star or (arg.keyword is not None and arg.keyword.value == "collate_fn") for arg in call.args
+    )
 
 
 def _short(node: cst.CSTNode, depth: int = 0) -> str:
@@ -360,7 +363,9 @@ class ModuleFacts:
             and self.is_data_source(func.value)
         )
 
-    def loader_for(self, node: cst.CSTNode, function: Optional[FunctionInfo] = None, _depth: int = 0) -> Optional[LoaderInfo]:
+    def loader_for(
+        self, node: cst.CSTNode, function: Optional[FunctionInfo] = None, _depth: int = 0
+    ) -> Optional[LoaderInfo]:
         """The DataLoader whose batches iterating ``node`` (in ``function``)
         yields, if visible: a loader bound in the same scope, a module-level
         one, one stored on ``self``, or, for a parameter, the loader every
@@ -458,7 +463,11 @@ class ModuleFacts:
         name = last_name(call.func)
         if name in ITERATES_ARGUMENT:
             return True
-        return name not in NOT_BATCHES and not (name or "").endswith("DataLoader") and self.is_data_source(call.args[0].value)
+        return (
+            name not in NOT_BATCHES
+            and not (name or "").endswith("DataLoader")
+            and self.is_data_source(call.args[0].value)
+        )
 
 
 @dataclass(eq=False)
@@ -497,7 +506,9 @@ class CallRecord:
 def does_per_item_work(function: cst.FunctionDef) -> bool:
     """Does fetching one item (a ``__getitem__``) read, decode or transform a sample?"""
 
-    return any(isinstance(sub, cst.Call) and last_name(sub.func) in PER_ITEM_WORK for sub in iter_subtree(function.body))
+    return any(
+        isinstance(sub, cst.Call) and last_name(sub.func) in PER_ITEM_WORK for sub in iter_subtree(function.body)
+    )
 
 
 def is_dataloader_call(names: ImportTable, call: cst.Call) -> bool:

@@ -1,4 +1,5 @@
 """Lint one source text: parse once, walk once for all rules, place findings."""
+
 from __future__ import annotations
 
 import ast
@@ -101,12 +102,27 @@ def lint_text(text: str, path: str, options: FileOptions, projects: Optional[Pro
         return LintOutput([], [InternalError(path, "engine", "file too deeply nested to analyse")], True)
 
 
-def _lint_module(text: str, path: str, options: FileOptions, rules: Sequence[Type[Rule]], tree: Optional[ast.Module] = None, projects: Optional[Projects] = None) -> LintOutput:
+def _lint_module(
+    text: str,
+    path: str,
+    options: FileOptions,
+    rules: Sequence[Type[Rule]],
+    tree: Optional[ast.Module] = None,
+    projects: Optional[Projects] = None,
+) -> LintOutput:
     text = text_for_libcst(text)
     try:
         module = parse_module(text)
     except cst.ParserSyntaxError as exc:  # CPython compiled it; libcst's grammar lags behind
-        return LintOutput([syntax_error(path, f"SyntaxError: {exc.message} (libcst cannot parse this)", exc.raw_line, exc.raw_column + 1)], [], False)
+        return LintOutput(
+            [
+                syntax_error(
+                    path, f"SyntaxError: {exc.message} (libcst cannot parse this)", exc.raw_line, exc.raw_column + 1
+                )
+            ],
+            [],
+            False,
+        )
 
     project = with_target(options.project, options.target_torch)
     projects = projects if projects is not None else Projects()
@@ -125,7 +141,9 @@ def _lint_module(text: str, path: str, options: FileOptions, rules: Sequence[Typ
         if isinstance(exc, RecursionError):
             raise exc  # the file is too deep for this stack, not a rule's fault
         rule = method.__self__
-        failed.setdefault(rule, InternalError(path, rule.code, "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))))
+        failed.setdefault(
+            rule, InternalError(path, rule.code, "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+        )
 
     visits, leaves = build_dispatch(instances)
     Walker(Collector(ctx), visits, leaves, on_error).walk(module)
@@ -342,7 +360,9 @@ def _compile_in_pieces(text: str, path: str) -> ast.Module:
         return tree
     lines = split_lines(text)
     starts = [min([s.lineno] + [d.lineno for d in getattr(s, "decorator_list", ())]) for s in body]
-    last_future = max((i for i, s in enumerate(body) if isinstance(s, ast.ImportFrom) and s.module == "__future__"), default=-1)
+    last_future = max(
+        (i for i, s in enumerate(body) if isinstance(s, ast.ImportFrom) and s.module == "__future__"), default=-1
+    )
     pieces = [(1, body[last_future].end_lineno)] if last_future >= 0 else []
     pieces += [(starts[i], statement.end_lineno) for i, statement in enumerate(body) if i > last_future]
     for first, last in pieces:
@@ -389,7 +409,9 @@ def _python_tree(text: str, path: str) -> Tuple[Optional[ast.Module], List[Diagn
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # invalid escape sequences and the like
-            if len(text) < LARGE_LITERAL_CHARS or (text.count("\n") < _WHOLE_COMPILE_LINES and not may_hold_large_literal(text)):
+            if len(text) < LARGE_LITERAL_CHARS or (
+                text.count("\n") < _WHOLE_COMPILE_LINES and not may_hold_large_literal(text)
+            ):
                 compile(text, path, "exec", dont_inherit=True)
                 return None, []
             return _compile_in_pieces(text, path), []
@@ -454,7 +476,9 @@ def elide_large_literals(text: str, tree: Optional[ast.Module]) -> str:
         first, last = statement.lineno, statement.end_lineno or statement.lineno
         if sum(len(lines[row]) for row in range(first - 1, last)) < LARGE_LITERAL_CHARS:
             continue
-        if (index + 1 < len(body) and body[index + 1].lineno <= last) or (index and (body[index - 1].end_lineno or 0) >= first):
+        if (index + 1 < len(body) and body[index + 1].lineno <= last) or (
+            index and (body[index - 1].end_lineno or 0) >= first
+        ):
             continue  # shares a line with another statement (`;`)
         targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
         if not all(isinstance(target, ast.Name) for target in targets):
@@ -476,7 +500,9 @@ def elide_large_literals(text: str, tree: Optional[ast.Module]) -> str:
 
 def _place(reports, module: cst.Module, text: str, path: str) -> List[Diagnostic]:
     nodes = [node for _, node, _, _, _ in reports]
-    nodes += [edit.node for _, _, _, fix, _ in reports if fix is not None for edit in fix.edits if edit.node is not None]
+    nodes += [
+        edit.node for _, _, _, fix, _ in reports if fix is not None for edit in fix.edits if edit.node is not None
+    ]
     nodes += [fact.node for *_, evidence in reports for fact in evidence if fact.node is not None]
     positions = positions_of(module, nodes)
     lines = split_lines(text)
@@ -511,7 +537,9 @@ def _resolve_evidence(fact: Evidence, positions, path: str) -> ResolvedEvidence:
 
 
 def _resolve_fix(fix: Fix, positions, lines: List[str], module: cst.Module) -> ResolvedFix:
-    return ResolvedFix(fix.applicability, fix.message, tuple(_resolve_edit(e, positions, lines, module) for e in fix.edits))
+    return ResolvedFix(
+        fix.applicability, fix.message, tuple(_resolve_edit(e, positions, lines, module) for e in fix.edits)
+    )
 
 
 def _resolve_edit(edit: Edit, positions, lines: List[str], module: cst.Module) -> ResolvedEdit:
@@ -527,7 +555,9 @@ def _resolve_edit(edit: Edit, positions, lines: List[str], module: cst.Module) -
     start, end = (where.start.line, where.start.column), (where.end.line, where.end.column)
     content = edit.content
     if edit.new_node is not None:
-        content = _code_in_place(module, edit.node, edit.new_node, _text_between(lines, start, end), lines[start[0] - 1])
+        content = _code_in_place(
+            module, edit.node, edit.new_node, _text_between(lines, start, end), lines[start[0] - 1]
+        )
     return ResolvedEdit(content, start, end)
 
 
@@ -535,7 +565,11 @@ def _code_for(module: cst.Module, node: cst.CSTNode, block_indent: str) -> str:
     """``module.code_for_node`` as if the node sat in a block indented by
     ``block_indent``: libcst indents a continuation line inside brackets by
     the enclosing blocks' indentation, which a node generated on its own lacks."""
-    state = CodegenState(default_indent=module.default_indent, default_newline=module.default_newline, indent_tokens=[block_indent] if block_indent else [])
+    state = CodegenState(
+        default_indent=module.default_indent,
+        default_newline=module.default_newline,
+        indent_tokens=[block_indent] if block_indent else [],
+    )
     node._codegen(state)
     return "".join(state.tokens)
 

@@ -11,6 +11,7 @@ Every name heuristic lives in ``torchlint.vocabulary``, re-exported here.
 A test fails when a rule imports any other engine module (``torchlint.rule``
 excepted: the Rule and Evidence base).
 """
+
 from __future__ import annotations
 
 from types import MappingProxyType
@@ -88,15 +89,62 @@ if TYPE_CHECKING:  # pragma: no cover
     from torchlint.rule import Rule
 
 __all__ = [
-    "CHECK_TESTS", "FileModel", "FunctionInfo", "LoaderInfo", "LoopInfo", "NO_GRAD_CONTEXTS", "Origin",
-    "SCALER_NAME", "SET_GRAD_ENABLED", "SYNCHRONIZE_CALLS", "Site", "UNKNOWN_PART", "already_on_host", "autocast_dtype",
-    "check_tests_option", "child_nodes", "conv_dims", "device_move", "does_per_item_work", "dotted_name", "enabled",
-    "enclosing_autocast", "exclusive_branches", "is_autocast_call", "is_dataloader_call", "is_grad_scaler_call",
-    "is_module_base", "is_no_grad_decorated", "iter_subtree", "launches_device_work", "keyword", "keyword_value", "last_name",
-    "literal_bool", "lives_on_host", "loop_trains", "mentions_cuda_availability", "module_evidence",
-    "module_mode_call", "names_a_module", "names_an_optimizer", "optimizer_receiver", "outermost_loop_in_function", "per_batch_anchor",
-    "positional", "reads_host", "requires_cuda", "requires_grad_evidence", "scaled_backward", "scaler_call",
-    "steps_optimizer", "tensor_backward", "tensor_evidence", "torch_alias", "training_entry_loop", "uses_default_collate",
+    "CHECK_TESTS",
+    "FileModel",
+    "FunctionInfo",
+    "LoaderInfo",
+    "LoopInfo",
+    "NO_GRAD_CONTEXTS",
+    "Origin",
+    "SCALER_NAME",
+    "SET_GRAD_ENABLED",
+    "SYNCHRONIZE_CALLS",
+    "Site",
+    "UNKNOWN_PART",
+    "already_on_host",
+    "autocast_dtype",
+    "check_tests_option",
+    "child_nodes",
+    "conv_dims",
+    "device_move",
+    "does_per_item_work",
+    "dotted_name",
+    "enabled",
+    "enclosing_autocast",
+    "exclusive_branches",
+    "is_autocast_call",
+    "is_dataloader_call",
+    "is_grad_scaler_call",
+    "is_module_base",
+    "is_no_grad_decorated",
+    "iter_subtree",
+    "launches_device_work",
+    "keyword",
+    "keyword_value",
+    "last_name",
+    "literal_bool",
+    "lives_on_host",
+    "loop_trains",
+    "mentions_cuda_availability",
+    "module_evidence",
+    "module_mode_call",
+    "names_a_module",
+    "names_an_optimizer",
+    "optimizer_receiver",
+    "outermost_loop_in_function",
+    "per_batch_anchor",
+    "positional",
+    "reads_host",
+    "requires_cuda",
+    "requires_grad_evidence",
+    "scaled_backward",
+    "scaler_call",
+    "steps_optimizer",
+    "tensor_backward",
+    "tensor_evidence",
+    "torch_alias",
+    "training_entry_loop",
+    "uses_default_collate",
 ]
 
 
@@ -155,7 +203,14 @@ class FileModel:
             self._host_only = NAMES_A_DEVICE_OR_TRAINS.search(self.source) is None
         return self._host_only
 
-    def report(self, rule: "Rule", node: cst.CSTNode, message: str, fix: Optional[Fix] = None, evidence: Tuple[Evidence, ...] = ()) -> None:
+    def report(
+        self,
+        rule: "Rule",
+        node: cst.CSTNode,
+        message: str,
+        fix: Optional[Fix] = None,
+        evidence: Tuple[Evidence, ...] = (),
+    ) -> None:
         self.reports.append((rule, node, message, fix, evidence))
 
     # -- where the walk is (for ``visit_``/``leave_`` methods) ------------------------
@@ -323,4 +378,3 @@ class FileModel:
         """Is ``func`` a dataset class imported from another file of the
         project whose ``__getitem__`` reads, decodes or transforms a sample?"""
         return self.analysis.class_loads_per_item(self, func) if self.analysis is not None else False
-

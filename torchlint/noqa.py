@@ -13,6 +13,7 @@ libcst nor torch.
 - ``# torchlint: noqa`` (or ``# flake8: noqa``) on a line of its own
   suppresses the whole file; ``# torchlint: noqa: TL101`` only those codes.
 """
+
 from __future__ import annotations
 
 import re

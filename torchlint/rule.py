@@ -9,6 +9,7 @@ Rules are visitors: a method ``visit_Call(self, node)`` is called for every
 ``finish()`` once after the whole module, when every module-wide fact in
 ``self.ctx`` is complete. The engine walks each file once for all rules.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -214,7 +215,9 @@ class Rule:
         self.ctx = ctx
         self.opts = options
 
-    def report(self, node: "cst.CSTNode", message: str, fix: Optional[Fix] = None, evidence: Sequence[Evidence] = ()) -> None:
+    def report(
+        self, node: "cst.CSTNode", message: str, fix: Optional[Fix] = None, evidence: Sequence[Evidence] = ()
+    ) -> None:
         self.ctx.report(self, node, message, fix, tuple(evidence))
 
     def finish(self) -> None:

@@ -10,6 +10,7 @@ Preview rules (``torchlint.lifecycle``) take part only with ``preview``: without
 it no selector reaches them, and naming one by its exact code has no effect
 (``preview_selections`` lists those, for ruff's warning).
 """
+
 from __future__ import annotations
 
 import fnmatch
@@ -122,7 +123,9 @@ class PerFileIgnore:
         return hit != self.negated
 
 
-def parse_per_file_ignores(entries: Dict[str, List[str]], root: str, rules: Dict[str, Type[Rule]]) -> List[PerFileIgnore]:
+def parse_per_file_ignores(
+    entries: Dict[str, List[str]], root: str, rules: Dict[str, Type[Rule]]
+) -> List[PerFileIgnore]:
     result = []
     for pattern, codes in entries.items():
         negated = pattern.startswith("!")

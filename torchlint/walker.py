@@ -6,6 +6,7 @@ walker descends only through the fields that can hold code, calls the
 engine's bookkeeping hooks, and dispatches each node to the rules that have
 a ``visit_<Type>``/``leave_<Type>`` method for its type.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable, Dict, List, Sequence, Tuple
@@ -43,7 +44,7 @@ def _node_methods(rule_type: type) -> List[Tuple[bool, type, str]]:
         for attr in dir(rule_type):
             for prefix in ("visit_", "leave_"):
                 if attr.startswith(prefix):
-                    node_type = getattr(cst, attr[len(prefix):], None)
+                    node_type = getattr(cst, attr[len(prefix) :], None)
                     if isinstance(node_type, type) and issubclass(node_type, cst.CSTNode):
                         methods.append((prefix == "visit_", node_type, attr))
     return methods
@@ -53,7 +54,13 @@ class Walker:
     """Walks one tree. A rule method that raises is reported to ``on_error``
     and that rule is switched off for the rest of the file; the walk goes on."""
 
-    def __init__(self, collector: Collector, visits: Dispatch, leaves: Dispatch, on_error: Callable[[Callable, BaseException], None]) -> None:
+    def __init__(
+        self,
+        collector: Collector,
+        visits: Dispatch,
+        leaves: Dispatch,
+        on_error: Callable[[Callable, BaseException], None],
+    ) -> None:
         self.collector = collector
         self.ctx: "FileModel" = collector.model  # the walk's position is kept on the model
         self.visits = visits
@@ -190,7 +197,9 @@ class Walker:
 
 
 # Nodes without code-bearing children.
-_LEAF_TYPES = frozenset({cst.Name, cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.Ellipsis, cst.Pass, cst.Break, cst.Continue})
+_LEAF_TYPES = frozenset(
+    {cst.Name, cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.Ellipsis, cst.Pass, cst.Break, cst.Continue}
+)
 
 _SPECIAL: Dict[type, Callable[[Walker, cst.CSTNode], None]] = {
     cst.FunctionDef: Walker._function,

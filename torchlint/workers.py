@@ -9,6 +9,7 @@ result is kept. Workers ask the kernel to kill them when the parent dies
 (``PR_SET_PDEATHSIG`` on Linux; a watchdog thread elsewhere) and leave
 Ctrl-C to the parent, which stops them on its way out.
 """
+
 from __future__ import annotations
 
 import ctypes
