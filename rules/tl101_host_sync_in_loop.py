@@ -662,7 +662,8 @@ class HostSyncInLoop(Rule):
                 )
             else:
                 message = (
-                    f"{what} in `{helper.name}()` forces a host-device sync once per batch: it is called from {loop.line_hint}; "
+                    f"{what} in `{helper.name}()` forces a host-device sync once per batch: "
+                    f"it is called from {loop.line_hint}; "
                     "read the value every N steps instead"
                 )
             self.report(node, message, fix, evidence=_loop_evidence(loop, helper))

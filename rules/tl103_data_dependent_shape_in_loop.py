@@ -430,10 +430,14 @@ class DataDependentShapeInLoop(Rule):
                 else "use a fixed-size form such as `torch.where(mask, x, 0)` or `masked_fill`, or weight by the mask"
             )
             if helper is None:
-                message = f"{what} has a data-dependent output size and syncs with the host on every iteration of {loop.line_hint}; {advice}"
+                message = (
+                    f"{what} has a data-dependent output size and syncs with the host on every iteration of "
+                    f"{loop.line_hint}; {advice}"
+                )
             else:
                 message = (
-                    f"{what} in `{helper.name}()` has a data-dependent output size and syncs with the host once per batch: "
+                    f"{what} in `{helper.name}()` has a data-dependent output size "
+                    "and syncs with the host once per batch: "
                     f"it is called from {loop.line_hint}; {advice}"
                 )
             self.report(node, message)

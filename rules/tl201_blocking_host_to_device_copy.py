@@ -495,7 +495,8 @@ class BlockingHostToDeviceCopy(Rule):
             elif self.opts.get("assume-pinned"):
                 message = (
                     f"{what} copies batch data to the GPU without `non_blocking=True`; the batch source is not "
-                    "visible here, and `non_blocking` only helps if it is in pinned memory (`DataLoader(pin_memory=True)`)"
+                    "visible here, and `non_blocking` only helps if it is in pinned memory "
+                    "(`DataLoader(pin_memory=True)`)"
                 )
                 applicability = UNSAFE
             else:

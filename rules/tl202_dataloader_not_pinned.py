@@ -318,10 +318,12 @@ class DataloaderNotPinned(Rule):
     ]
 
     def finish(self) -> None:
-        unpinned = [l for l in self.ctx.facts.loaders if l.pinned is False and not self._handed_to_framework(l)]
+        unpinned = [
+            info for info in self.ctx.facts.loaders if info.pinned is False and not self._handed_to_framework(info)
+        ]
         if not unpinned:
             return
-        any_pinned = any(l.pinned is not False for l in self.ctx.facts.loaders)
+        any_pinned = any(info.pinned is not False for info in self.ctx.facts.loaders)
         flagged = set()
         for origin in self.ctx.facts.batch_copies:
             loader = self.ctx.facts.loader_for(origin.source, origin.function)

@@ -285,7 +285,8 @@ class DataloaderSingleProcess(Rule):
                 continue
             self.report(
                 loader.call,
-                f"{reason}: this DataLoader reads and transforms every sample in the training process while the GPU waits; "
+                f"{reason}: this DataLoader reads and transforms every sample in the training process "
+                "while the GPU waits; "
                 "set `num_workers` to a few worker processes",
             )
 

@@ -345,7 +345,8 @@ class CpuTensorThenMove(Rule):
         short = qname.rsplit(".", 1)[-1]  # type: ignore[union-attr]
         requires_grad = keyword(factory, "requires_grad")
         message = (
-            f"`torch.{short}(...)` creates the tensor on the CPU and `.{func.attr.value}(...)` then copies it to the device; "
+            f"`torch.{short}(...)` creates the tensor on the CPU "
+            f"and `.{func.attr.value}(...)` then copies it to the device; "
             "pass `device=` to the factory instead"
         )
         if random:

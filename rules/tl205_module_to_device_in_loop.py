@@ -240,7 +240,10 @@ class ModuleToDeviceInLoop(Rule):
                 continue
             what = f"`{name}.{node.func.attr.value}(...)`"  # type: ignore[attr-defined]
             if helper is None:
-                message = f"{what} moves a module to the device on every iteration of {loop.line_hint}; move it once, before the loop"
+                message = (
+                    f"{what} moves a module to the device on every iteration of {loop.line_hint}; "
+                    "move it once, before the loop"
+                )
             else:
                 message = (
                     f"{what} in `{helper.name}()` moves a module to the device once per batch: it is called from "

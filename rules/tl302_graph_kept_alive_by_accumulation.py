@@ -513,7 +513,7 @@ class GraphKeptAliveByAccumulation(Rule):
             if site.in_no_grad() or site.in_exception_path():
                 continue
             loop = site.batch_loop()
-            if loop is None or not any(l.trains for l in site.loops()):
+            if loop is None or not any(enclosing.trains for enclosing in site.loops()):
                 continue
             if id(loop.node) in self.assigned_in_loops.get(key, ()):
                 continue  # reset on every iteration: one graph at a time

@@ -621,7 +621,8 @@ class HardcodedCudaDevice(Rule):
                 self.default_params.setdefault(function, {})[node.name.value] = [False, False]
             self._literal(
                 node.default,
-                f"the default `{node.name.value}={node.default.value}` hardcodes a CUDA device; default to None and pick an available device",
+                f"the default `{node.name.value}={node.default.value}` hardcodes a CUDA device; "
+                "default to None and pick an available device",
                 fixable=False,
             )
 
@@ -705,7 +706,10 @@ class HardcodedCudaDevice(Rule):
             f"Replace `.cuda()` with `.to({target})`" + ("" if device else " and pass the device in"),
             self.ctx.replace(node, new_text),
         )
-        message = "`.cuda()` hardcodes the CUDA device, so this code fails on machines without one; move it with `.to(device)`"
+        message = (
+            "`.cuda()` hardcodes the CUDA device, so this code fails on machines without one; "
+            "move it with `.to(device)`"
+        )
         self._add(node, message, fix)
 
     def _literal(self, node: cst.SimpleString, message: str, fixable: bool) -> None:
@@ -812,7 +816,8 @@ class HardcodedCudaDevice(Rule):
     # -- decide ------------------------------------------------------------------
     def finish(self) -> None:
         if any(self.ctx.names.imports_module(m) for m in _CUDA_ONLY_MODULES + self.ctx.project.cuda_only_imports):
-            return  # Triton kernels, bitsandbytes, the project's CUDA extensions or CUDA-only modules: CUDA-only by design
+            # Triton kernels, bitsandbytes, the project's CUDA extensions or CUDA-only modules: CUDA-only by design
+            return
         if requires_cuda(self.ctx.source):
             return  # torch.cuda.set_device(...) / an NCCL process group, unconditionally: CUDA-only by design
         for site, node, message, fix, chosen in self.candidates:

@@ -549,7 +549,7 @@ class EvalWithoutNoGrad(Rule):
 
     # -- decide ------------------------------------------------------------------
     def finish(self) -> None:
-        for key, scope in self.scopes.items():
+        for scope in self.scopes.values():
             if not scope.eval_names:
                 continue
             function = scope.function
@@ -596,7 +596,8 @@ class EvalWithoutNoGrad(Rule):
             eval_text = ".eval()"
         message = (
             f"`{eval_text}` is followed by the forward pass `{call_text}` with autograd still on, so it keeps every "
-            "activation for a backward pass that never comes; run evaluation under `torch.no_grad()` or `torch.inference_mode()`"
+            "activation for a backward pass that never comes; "
+            "run evaluation under `torch.no_grad()` or `torch.inference_mode()`"
         )
         self.report(eval_event.node, message, self._fix(scope))
 

@@ -402,7 +402,7 @@ class TrainModeNotRestored(Rule):
             model = self._model_at_call(function, receiver, call, callee)
             if model is None:
                 continue
-            loop = next((l for l in site.loops() if self._loop_trains(l)), None)
+            loop = next((enclosing for enclosing in site.loops() if self._loop_trains(enclosing)), None)
             if loop is None or id(call) in reported:
                 continue
             if _NOT_TRAINED.search(model.rsplit(".", 1)[-1]):
@@ -446,7 +446,9 @@ class TrainModeNotRestored(Rule):
         if info.name in seen:
             return False
         seen.add(info.name)
-        if any(id(l) in self.restores for l in self.ctx.facts.loops.values() if l.function is info):
+        if any(
+            id(own_loop) in self.restores for own_loop in self.ctx.facts.loops.values() if own_loop.function is info
+        ):
             return True
         return any(
             self._function_restores(callee, seen)
@@ -495,7 +497,7 @@ class TrainModeNotRestored(Rule):
         return result
 
     def _loop_trains(self, loop: LoopInfo) -> bool:
-        return any(loop_trains(self.ctx, l) for l in self._descendants(loop))
+        return any(loop_trains(self.ctx, inner) for inner in self._descendants(loop))
 
     def _loop_restores(self, loop: LoopInfo) -> bool:
         for current in self._descendants(loop):
@@ -522,9 +524,9 @@ class TrainModeNotRestored(Rule):
                 continue
             seen.add(id(info))
             uses.extend(self.mentions.get(id(info), ()))
-            for l in self.ctx.facts.loops.values():
-                if l.function is info:
-                    uses.extend(self.mentions.get(id(l), ()))
+            for own_loop in self.ctx.facts.loops.values():
+                if own_loop.function is info:
+                    uses.extend(self.mentions.get(id(own_loop), ()))
             for name in info.calls:
                 functions.extend(self.ctx.facts.functions.get(name, ()))
         return any(call != exclude_call and _related(model, name, called) for name, called, call in uses)

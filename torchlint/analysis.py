@@ -226,7 +226,7 @@ class Site:
         loop = self.batch_loop()
         if loop is not None:
             return loop, None
-        if any(l.is_generation_loop for l in self.loops()):
+        if any(enclosing.is_generation_loop for enclosing in self.loops()):
             return None, None
         reached = self.ctx.facts.functions_run_per_batch()
         function = self.function

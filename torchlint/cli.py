@@ -40,7 +40,6 @@ from torchlint.runner import (
     run,
     run_text,
 )
-from torchlint.source import DEFAULT_MAX_BYTES, write_atomic
 from torchlint.selection import (
     Layer,
     SelectorError,
@@ -52,6 +51,7 @@ from torchlint.selection import (
     preview_selections,
     resolve,
 )
+from torchlint.source import DEFAULT_MAX_BYTES, write_atomic
 
 
 class UsageError(Exception):
@@ -130,7 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="PATH",
-        help="a torchlint-sanitize JSON report: join what the run measured with the findings (repeatable, one per rank)",
+        help=(
+            "a torchlint-sanitize JSON report: join what the run measured with the findings (repeatable, one per rank)"
+        ),
     )
     out.add_argument(
         "-w",
@@ -450,7 +452,8 @@ def _watch(args: argparse.Namespace) -> int:
     paths = args.paths or ["."]
     if "-" in paths or _mode(args) != CHECK:
         print(
-            "torchlint: error: --watch lints files: it cannot read stdin or be combined with --fix, --diff or --add-noqa",
+            "torchlint: error: --watch lints files: "
+            "it cannot read stdin or be combined with --fix, --diff or --add-noqa",
             file=sys.stderr,
         )
         return 2
@@ -685,7 +688,8 @@ def _finish(
             handle.close()
     for error in internal:
         print(
-            f"torchlint: error: {printable_path(error.path)}: internal error in rule {error.rule}; please report it:\n{error.traceback}",
+            f"torchlint: error: {printable_path(error.path)}: internal error in rule {error.rule}; "
+            f"please report it:\n{error.traceback}",
             file=sys.stderr,
         )
     for path, reason in fix_errors:
@@ -762,7 +766,8 @@ def _report(args, results, diagnostics, ctx, out, mode, unsafe, output_format, f
     elif any(r.errors for r in results):
         unchecked = sum(1 for r in results if r.errors)
         out.write(
-            f"No findings, but {unchecked} file{'s' if unchecked != 1 else ''} could not be fully checked (see the errors).\n"
+            f"No findings, but {unchecked} file{'s' if unchecked != 1 else ''} "
+            "could not be fully checked (see the errors).\n"
         )
     else:
         out.write("All checks passed!\n")

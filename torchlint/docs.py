@@ -130,7 +130,8 @@ def rule_table(rules: Iterable[Type[Rule]], page: str = "docs/rules.md") -> str:
     rows = ["| Code | Name | Status | Fix | Summary |", "| --- | --- | --- | --- | --- |"]
     for rule in rules:
         rows.append(
-            f"| [{rule.code}]({page}#{anchor(rule)}) | `{rule.name}` | {table_status(rule)} | {fix_safety_label(rule)} | {rule.summary} |"
+            f"| [{rule.code}]({page}#{anchor(rule)}) | `{rule.name}` | {table_status(rule)} "
+            f"| {fix_safety_label(rule)} | {rule.summary} |"
         )
     return "\n".join(rows)
 

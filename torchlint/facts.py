@@ -384,11 +384,17 @@ class ModuleFacts:
         if dotted is None:
             return None
         if dotted.startswith("self."):
-            matches = [l for l in self.loaders if l.target == dotted]
+            matches = [candidate for candidate in self.loaders if candidate.target == dotted]
             if not matches:
-                matches = [l for l in self.loaders if l.target and l.target.split(".")[-1] == dotted.split(".")[-1]]
+                matches = [
+                    candidate
+                    for candidate in self.loaders
+                    if candidate.target and candidate.target.split(".")[-1] == dotted.split(".")[-1]
+                ]
             return matches[-1] if matches else None
-        same_scope = [l for l in self.loaders if l.target == dotted and l.function is function]
+        same_scope = [
+            candidate for candidate in self.loaders if candidate.target == dotted and candidate.function is function
+        ]
         if same_scope:
             return same_scope[-1]
         returned = self.returned.get((id(function.node) if function is not None else 0, dotted))
@@ -406,9 +412,13 @@ class ModuleFacts:
             passed = self.analysis.loader_passed(self.path, function, dotted) if self.analysis is not None else None
             if passed is not None:
                 return passed
-            built = [l for l in self.loaders if l.target == dotted and l.function is not None]
+            built = [
+                candidate for candidate in self.loaders if candidate.target == dotted and candidate.function is not None
+            ]
             return built[-1] if built else None
-        module_level = [l for l in self.loaders if l.target == dotted and l.function is None]
+        module_level = [
+            candidate for candidate in self.loaders if candidate.target == dotted and candidate.function is None
+        ]
         return module_level[-1] if module_level else None
 
     def calls_of(self, name: str) -> List["CallRecord"]:
@@ -454,7 +464,7 @@ class ModuleFacts:
                 found.append(loader)
         if not found:
             return None
-        pinned = [l for l in found if l.pinned]
+        pinned = [candidate for candidate in found if candidate.pinned]
         return pinned[0] if pinned else found[0]
 
     def yields_first_argument(self, call: cst.Call) -> bool:

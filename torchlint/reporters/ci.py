@@ -51,7 +51,8 @@ def github(diagnostics: Sequence[Diagnostic], ctx: ReportContext, out: TextIO) -
                 else ""
             )
             out.write(
-                f"::warning {where}title=seen at run time only::{escape_data(runtime_only_line(entry, ctx.display_path))}\n"
+                f"::warning {where}title=seen at run time only::"
+                f"{escape_data(runtime_only_line(entry, ctx.display_path))}\n"
             )
 
 

@@ -88,17 +88,20 @@ def junit(diagnostics: Sequence[Diagnostic], ctx: ReportContext, out: TextIO) ->
         items = list(items)
         shown = ctx.display_path(path)
         out.write(
-            f'  <testsuite name={quoteattr(shown)} tests="{len(items)}" disabled="0" errors="0" failures="{len(items)}" package="org.torchlint">\n'
+            f'  <testsuite name={quoteattr(shown)} tests="{len(items)}" disabled="0" errors="0" '
+            f'failures="{len(items)}" package="org.torchlint">\n'
         )
         for d in items:
             out.write(
-                f'    <testcase name={quoteattr(f"org.torchlint.{d.code}")} classname={quoteattr(shown)} line="{d.row}" column="{d.column}">\n'
+                f"    <testcase name={quoteattr(f'org.torchlint.{d.code}')} classname={quoteattr(shown)} "
+                f'line="{d.row}" column="{d.column}">\n'
             )
             message = d.message + ctx.measured_suffix(d)
             body = "".join(f"\n  note: {note}" for note in ctx.evidence_notes(d))
             cell = f"cell {d.cell}, " if d.cell is not None else ""
             out.write(
-                f"      <failure message={quoteattr(message)}>{escape(f'{cell}line {d.row}, col {d.column}, {message}{body}')}</failure>\n"
+                f"      <failure message={quoteattr(message)}>"
+                f"{escape(f'{cell}line {d.row}, col {d.column}, {message}{body}')}</failure>\n"
             )
             out.write("    </testcase>\n")
         out.write("  </testsuite>\n")

@@ -28,7 +28,10 @@ def _heading(d: Diagnostic, ctx: ReportContext) -> str:
 def _painted_heading(d: Diagnostic, ctx: ReportContext) -> str:
     paint, colon = ctx.paint, ctx.paint("punctuation", ":")
     marker = " " + paint("fixable", "[*]") if _marker(d, ctx) else ""
-    return f"{paint('path', ctx.display_path(d.path))}{colon}{d.place.replace(':', colon)}{colon} {paint('code', d.code)}{marker} "
+    return (
+        f"{paint('path', ctx.display_path(d.path))}{colon}{d.place.replace(':', colon)}{colon} "
+        f"{paint('code', d.code)}{marker} "
+    )
 
 
 def concise_line(d: Diagnostic, ctx: ReportContext) -> str:
