@@ -452,8 +452,8 @@ class BlockingHostToDeviceCopy(Rule):
 
     def _is_gpu_device(self, expr: cst.BaseExpression, depth: int = 0) -> bool:
         if isinstance(expr, cst.SimpleString):
-            value = expr.evaluated_value
-            return isinstance(value, str) and value.startswith(("cuda", "xpu"))
+            text = expr.evaluated_value
+            return isinstance(text, str) and text.startswith(("cuda", "xpu"))
         if isinstance(expr, cst.Integer):
             return True  # a CUDA ordinal
         if isinstance(expr, cst.IfExp):
@@ -528,6 +528,7 @@ class BlockingHostToDeviceCopy(Rule):
     def _kwargs_without_collate(self, loader: LoaderInfo) -> bool:
         """``DataLoader(ds, **kwargs)`` whose dicts are built in view and never get a ``collate_fn``."""
         call = loader.call
+        assert call is not None  # the caller handles a loader from another file
         if any(arg.keyword is not None and arg.keyword.value == "collate_fn" for arg in call.args):
             return False
         if len([arg for arg in call.args if arg.keyword is None and not arg.star]) > 6 or any(

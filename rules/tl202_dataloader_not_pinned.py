@@ -349,6 +349,7 @@ class DataloaderNotPinned(Rule):
 
     def _report(self, loader: LoaderInfo, where: str = "this module") -> None:
         call = loader.call
+        assert call is not None  # the module's own loaders: each has its call
         arg = keyword(call, "pin_memory")
         message = (
             f"this DataLoader's batches are copied to the GPU in {where}, but it does not use pinned memory"

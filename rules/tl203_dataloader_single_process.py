@@ -265,8 +265,10 @@ class DataloaderSingleProcess(Rule):
                 self.assigned.setdefault(name, []).append(node.value)
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        if node.name.value == "__getitem__" and self.ctx.enclosing_class() and does_per_item_work(node):
-            self.loading_classes.add(self.ctx.enclosing_class())
+        if node.name.value == "__getitem__":
+            owner = self.ctx.enclosing_class()
+            if owner and does_per_item_work(node):
+                self.loading_classes.add(owner)
 
     def finish(self) -> None:
         facts = self.ctx.facts
@@ -276,6 +278,7 @@ class DataloaderSingleProcess(Rule):
         if not trains:
             return
         for loader in facts.loaders:
+            assert loader.call is not None  # the module's own loaders: each has its call
             reason = self._single_process(loader)
             if (
                 reason is None
@@ -292,6 +295,7 @@ class DataloaderSingleProcess(Rule):
 
     def _single_process(self, loader: LoaderInfo) -> Optional[str]:
         call = loader.call
+        assert call is not None  # the module's own loaders: each has its call
         value = loader.num_workers
         if value is None:
             for arg in call.args:

@@ -1,11 +1,14 @@
 from __future__ import annotations
 
-from typing import Dict, List, Set, Tuple
+from typing import TYPE_CHECKING, Dict, List, Set, Tuple, Union
 
 import libcst as cst
 
 from torchlint.model import LoopInfo, Site, device_move, dotted_name, module_evidence
 from torchlint.rule import Invalid, Rule, Valid
+
+if TYPE_CHECKING:
+    from torchlint.analysis import ForeignLoop
 
 
 class ModuleToDeviceInLoop(Rule):
@@ -251,7 +254,7 @@ class ModuleToDeviceInLoop(Rule):
                 )
             self.report(node, message)
 
-    def _chosen_in_loop(self, site: Site, batch_loop: LoopInfo, name: str) -> bool:
+    def _chosen_in_loop(self, site: Site, batch_loop: Union[LoopInfo, ForeignLoop], name: str) -> bool:
         root = name.split(".")[0]
         for loop in site.loops():
             if name in self.offloaded.get(id(loop.node), ()):

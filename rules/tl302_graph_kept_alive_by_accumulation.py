@@ -1,10 +1,10 @@
 from __future__ import annotations
 
-from typing import Dict, List, Set, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from torchlint.model import Site, child_nodes, last_name, requires_grad_evidence
+from torchlint.model import LoopInfo, Site, child_nodes, last_name, requires_grad_evidence
 from torchlint.rule import SAFE, UNSAFE, Invalid, Rule, Valid
 
 # Calls that backpropagate through (or keep differentiating) their receiver/arguments.
@@ -493,7 +493,7 @@ class GraphKeptAliveByAccumulation(Rule):
         if self.ctx.loop is None:
             return
         loops = set()
-        loop = self.ctx.loop
+        loop: Optional[LoopInfo] = self.ctx.loop
         while loop is not None:
             loops.add(id(loop.node))
             loop = loop.parent

@@ -632,6 +632,7 @@ class ClipGradWithoutUnscale(Rule):
         next_step = next((e for e in on_path_after if e.kind == STEP), None)
         if last is not None and last.kind == SCALE:
             scaler = last.scaler
+            assert scaler is not None  # a SCALE event names its scaler
             step = next((e for e in on_path_after if e.kind == STEP and e.scaler == scaler), None)
             if step is None or any(e.kind == SCALE for e in on_path_after[: on_path_after.index(step)]):
                 return
@@ -737,7 +738,7 @@ class ClipGradWithoutUnscale(Rule):
         for node in clip_stack[depth:]:
             if isinstance(node, (cst.For, cst.While, cst.FunctionDef, cst.Lambda, cst.ListComp, cst.GeneratorExp)):
                 return False
-        body = list(block.body)
+        body: List[cst.CSTNode] = list(block.body)
         start, end = body.index(clip_holder), body.index(step_holder)
         for between in body[start + 1 : end]:
             for sub in iter_subtree(between):

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from typing import List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, List, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -17,6 +17,9 @@ from torchlint.model import (
     requires_cuda,
 )
 from torchlint.rule import DISPLAY_ONLY, SAFE, UNSAFE, Evidence, Fix, Invalid, Rule, Valid
+
+if TYPE_CHECKING:
+    from typing import TypeGuard  # Python 3.10+; only mypy reads it
 
 _CUDA_LITERAL = re.compile(r"^cuda(:\d+)?$")
 # Names of variables and parameters that hold a device.
@@ -68,7 +71,7 @@ _OTHER_DEVICE = re.compile(r"^(cpu|mps|xpu|xla|npu|hpu|meta)(:\d+)?$")
 _DEVICE_TYPE_CLASS = re.compile(r"(?i)(scaler|autocast)")
 
 
-def is_cuda_literal(node: cst.CSTNode) -> bool:
+def is_cuda_literal(node: Optional[cst.CSTNode]) -> TypeGuard[cst.SimpleString]:
     if isinstance(node, cst.SimpleString):
         value = node.evaluated_value
         return isinstance(value, str) and bool(_CUDA_LITERAL.match(value))
@@ -686,16 +689,16 @@ class HardcodedCudaDevice(Rule):
         if receiver_qname is not None and (receiver_qname == "torch" or receiver_qname.startswith("torch.")):
             return  # torch.Tensor.cuda(x), torch.nn.Module.cuda(self): API plumbing
         positional = [a for a in node.args if a.keyword is None and a.star == ""]
-        keywords = [a for a in node.args if a.keyword is not None]
+        keywords = [(a.keyword.value, a) for a in node.args if a.keyword is not None]
         if any(a.star for a in node.args):
             return
         if positional and not isinstance(positional[0].value, cst.Integer):
             return  # .cuda(local_rank): a device the author chose
-        if any(a.keyword.value == "device" and not isinstance(a.value, cst.Integer) for a in keywords):
+        if any(name == "device" and not isinstance(a.value, cst.Integer) for name, a in keywords):
             return
         device = self._device_in_scope()
-        literal_index = bool(positional) or any(a.keyword.value == "device" for a in keywords)
-        extra = [a for a in keywords if a.keyword.value != "device"]
+        literal_index = bool(positional) or any(name == "device" for name, _ in keywords)
+        extra = [a for name, a in keywords if name != "device"]
         target = device or "device"
         args = ", ".join([target] + [self.ctx.code_for(a.with_changes(comma=cst.MaybeSentinel.DEFAULT)) for a in extra])
         replacement = func.with_changes(attr=cst.Name("to"))

@@ -387,9 +387,9 @@ class TrainModeNotRestored(Rule):
         if not self.evals:
             return
         children: Dict[int, List[LoopInfo]] = {}
-        for loop in facts.loops.values():
-            if loop.parent is not None:
-                children.setdefault(id(loop.parent), []).append(loop)
+        for child in facts.loops.values():
+            if child.parent is not None:
+                children.setdefault(id(child.parent), []).append(child)
         self._children = children
         self._restore_cache: Dict[int, bool] = {}
         reported: Set[int] = set()

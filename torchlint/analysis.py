@@ -9,7 +9,7 @@ so rules ask them in ``finish()``.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Iterator, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Iterator, List, Optional, Sequence, Tuple, Union
 
 import libcst as cst
 
@@ -213,7 +213,7 @@ class Site:
                 return loop
         return None
 
-    def batch_context(self) -> Tuple[Optional[LoopInfo], Optional[FunctionInfo]]:
+    def batch_context(self) -> Tuple[Optional[Union[LoopInfo, ForeignLoop]], Optional[FunctionInfo]]:
         """The batch loop the node runs in: directly, or because its function
         runs per batch (``ModuleFacts.functions_run_per_batch``: called from a
         batch loop's body, transitively, through ``self.`` methods, or passed
@@ -257,7 +257,7 @@ class Site:
         a periodic guard. The one filter of "hot" sites."""
         return not self.in_exception_path() and not self.under_periodic_guard(within=within)
 
-    def per_step(self) -> Tuple[Optional[LoopInfo], Optional[FunctionInfo]]:
+    def per_step(self) -> Tuple[Optional[Union[LoopInfo, ForeignLoop]], Optional[FunctionInfo]]:
         """``batch_context()`` for a node that runs on every step: (None, None)
         on an exception path or under a periodic guard between the node and
         the loop (its function, when a helper makes it hot)."""
@@ -293,7 +293,7 @@ class Site:
                 return False
         return False
 
-    def under_periodic_guard(self, within: Optional[LoopInfo] = None) -> bool:
+    def under_periodic_guard(self, within: Optional[Union[LoopInfo, ForeignLoop]] = None) -> bool:
         """Inside ``if step % N == 0:`` (or an early ``continue`` on one), between
         the node and ``within``'s loop (the function body when None)."""
         stop = within.node if within is not None else None

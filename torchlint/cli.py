@@ -369,7 +369,7 @@ def _parse_override(entry: str) -> Dict[str, object]:
     try:
         import tomllib
     except ImportError:  # pragma: no cover
-        import tomli as tomllib  # type: ignore[no-redef]
+        import tomli as tomllib
     try:
         return tomllib.loads(entry)
     except Exception as exc:

@@ -10,7 +10,7 @@ model (``torchlint.model``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Dict, List, Optional
+from typing import TYPE_CHECKING, Dict, List, Optional, Union
 
 import libcst as cst
 
@@ -233,7 +233,7 @@ class Collector:
 
     def enter_with(self, node: cst.With) -> None:
         if self.function is not None and any(is_no_grad_item(self.model, item.item) for item in node.items):
-            function = self.function
+            function: Optional[FunctionInfo] = self.function
             while function is not None:
                 function.uses_no_grad = True
                 function = function.parent
@@ -309,12 +309,9 @@ class Collector:
             block = stack[index]
             if isinstance(block, (cst.FunctionDef, cst.ClassDef, cst.For, cst.While, cst.Lambda)):
                 return False
-            if (
-                isinstance(block, (cst.Else, cst.If))
-                and isinstance(stack[index - 1], cst.If)
-                and stack[index - 1].orelse is block
-            ):
-                body = stack[index - 1].body.body
+            parent = stack[index - 1]
+            if isinstance(block, (cst.Else, cst.If)) and isinstance(parent, cst.If) and parent.orelse is block:
+                body = parent.body.body
                 return any(
                     isinstance(line, cst.SimpleStatementLine)
                     and any(isinstance(small, cst.Assign) and small.value is previous for small in line.body)
@@ -405,6 +402,7 @@ class Collector:
             a.value.evaluated_value for a in call.args if a.keyword is None and isinstance(a.value, cst.SimpleString)
         ]
         dest_arg = keyword(call, "dest")
+        dest: Union[str, bytes, None]
         if dest_arg is not None and isinstance(dest_arg.value, cst.SimpleString):
             dest = dest_arg.value.evaluated_value
         else:

@@ -130,6 +130,7 @@ class ProjectAnalysis:
                     if loader is None or arg.star:
                         continue
                     key: Union[int, str] = arg.keyword.value if arg.keyword is not None else position
+                    assert loader.call is not None  # a loader of this module
                     row = _row(ctx.source, loader.call)
                     index.add(
                         callee,
@@ -165,7 +166,7 @@ class ProjectAnalysis:
             pinned=chosen.pinned,
             num_workers=None,
             sampler=None,
-            function=None,  # type: ignore[arg-type]
+            function=None,
             where=chosen.where,
             default_collate=chosen.default_collate,
         )
@@ -395,7 +396,7 @@ def _hot_call_in(
     facts = other_ctx.facts
     names = other_ctx.names
 
-    def names_target(node: cst.CSTNode, wanted: str) -> bool:
+    def names_target(node: cst.CSTNode, wanted: Optional[str]) -> bool:
         qualified = names.imported_name(node)
         if not qualified or "." not in qualified.lstrip("."):
             return False

@@ -125,7 +125,7 @@ class TrainingStep:
 class LoaderInfo:
     """A ``DataLoader(...)`` call and where its result is stored."""
 
-    call: cst.Call
+    call: Optional[cst.Call]  # None for a loader passed in from another file
     target: Optional[str]  # dotted name it is assigned to, if any
     pinned: Optional[bool]  # True / False / None when it can't be seen
     num_workers: Optional[cst.BaseExpression]

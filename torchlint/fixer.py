@@ -44,7 +44,9 @@ def fix_text(
     for _ in range(MAX_PASSES):
         output = lint_text(text, path, options, projects)
         candidates = [
-            (d.code, d.fix) for d in output.diagnostics if fixable(d.code) and is_applicable(d.fix, unsafe_fixes)
+            (d.code, d.fix)
+            for d in output.diagnostics
+            if fixable(d.code) and d.fix is not None and is_applicable(d.fix, unsafe_fixes)
         ]
         if not candidates:
             return FixResult(text, applied, output)

@@ -15,7 +15,7 @@ import tokenize
 import traceback
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Type, TypeVar
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple, Type, TypeVar
 
 import libcst as cst
 from libcst._nodes.base import CSTNode
@@ -212,7 +212,7 @@ def parse_module(text: str) -> cst.Module:
             node._validate()
 
     with _PARSE_LOCK:
-        CSTNode.__post_init__ = __post_init__  # type: ignore[method-assign]
+        CSTNode.__post_init__ = __post_init__  # type: ignore[method-assign, assignment]
         try:
             return cst.parse_module(text)
         finally:
@@ -328,7 +328,7 @@ def text_for_libcst(text: str) -> str:
     takes its indentation, which is what Python reads as the statement's."""
     if not _BACKSLASH_ONLY_LINE.search(text):
         return text
-    inside_tokens = set()  # lines within multi-line strings: content, not code
+    inside_tokens: Set[int] = set()  # lines within multi-line strings: content, not code
     for token in tokenize.generate_tokens(io.StringIO(text).readline):
         if token.start[0] != token.end[0] and token.type not in (tokenize.NL, tokenize.NEWLINE):
             inside_tokens.update(range(token.start[0] + 1, token.end[0] + 1))
@@ -355,6 +355,7 @@ def _compile_in_pieces(text: str, path: str) -> ast.Module:
     tree instead would reject deep expressions that CPython compiles from
     source.)"""
     tree = compile(text, path, "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+    assert isinstance(tree, ast.Module)  # what "exec" with PyCF_ONLY_AST returns
     body = tree.body
     if not body:
         return tree
@@ -481,7 +482,8 @@ def elide_large_literals(text: str, tree: Optional[ast.Module]) -> str:
         ):
             continue  # shares a line with another statement (`;`)
         targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
-        if not all(isinstance(target, ast.Name) for target in targets):
+        names = [target.id for target in targets if isinstance(target, ast.Name)]
+        if len(names) != len(targets):
             continue
         if not all(isinstance(node, _LITERAL_NODES) for node in ast.walk(statement.value)):
             continue
@@ -492,7 +494,7 @@ def elide_large_literals(text: str, tree: Optional[ast.Module]) -> str:
         for line in lines[first - 1 : last]:
             ending = line[len(line.rstrip("\r\n")) :]
             kept.append(line if line.lstrip().startswith("#") else ending)
-        kept[0] = " = ".join(target.id for target in targets) + " = ..." + kept[0]  # kept[0]: its line ending
+        kept[0] = " = ".join(names) + " = ..." + kept[0]  # kept[0]: its line ending
         lines[first - 1 : last] = kept
         changed = True
     return "".join(lines) if changed else text

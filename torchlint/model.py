@@ -227,7 +227,7 @@ class FileModel:
         """The node being visited and its ancestors, root first (a snapshot)."""
         return tuple(self.stack)
 
-    def inside(self, node: cst.CSTNode) -> bool:
+    def inside(self, node: Optional[cst.CSTNode]) -> bool:
         """Is ``node`` the node being visited or one of its ancestors?"""
         return any(ancestor is node for ancestor in self.stack)
 

@@ -96,7 +96,8 @@ class _PlacingState(CodegenState):
         if node not in self.computed:  # a syntactic position is kept
             self.computed[node] = (start, (self.line, self.column))
 
-    def record_syntactic_position(
+    # libcst types the base method by @contextmanager's own class; any context manager does.
+    def record_syntactic_position(  # type: ignore[override]
         self, node: cst.CSTNode, *, start_node: Optional[cst.CSTNode] = None, end_node: Optional[cst.CSTNode] = None
     ) -> "_SyntacticRange":
         return _SyntacticRange(self, node, start_node, end_node)

@@ -235,7 +235,8 @@ def parse_specifier(spec: str) -> Optional[Tuple[Optional[Version], Optional[Ver
             high = (major, minor) if minor is not None else (major, _NO_MINOR_LIMIT)
         elif op == "~=":
             low = (major, minor or 0)
-            high = (major, minor) if patch_text else (major, _NO_MINOR_LIMIT)
+            # minor is None here only for "~=1.*.2", a wildcard that PEP 440 forbids with ~=.
+            high = (major, minor) if patch_text else (major, _NO_MINOR_LIMIT)  # type: ignore[assignment]
         elif op in (">=", ">"):
             low, high = (major, minor or 0), None
         elif op == "<=":

@@ -97,7 +97,8 @@ def _run_program(text: str, job: Job, projects: Projects) -> Tuple[FileResult, s
     result = FileResult(job.path)
     new_text = text
     if job.mode in (FIX, DIFF):
-        fixable = (lambda code: code in job.fixable) if job.fixable is not None else (lambda code: True)
+        allowed = job.fixable
+        fixable = (lambda code: code in allowed) if allowed is not None else (lambda code: True)
         fixed = fix_text(text, job.path, job.options, job.unsafe_fixes, fixable, projects)
         new_text, result.fixed, result.fix_error = fixed.text, fixed.applied, fixed.error
         output: LintOutput = fixed.remaining  # type: ignore[assignment]

@@ -285,10 +285,16 @@ def _cost_key(measured: Dict[str, Any]) -> Tuple[float, int, int]:
     return (-(measured.get("host_wait_ms") or 0.0), -(measured.get("bytes") or 0), -measured.get("count", 0))
 
 
+def _measured_cost(joined: RuntimeJoin, diagnostic: Any) -> Tuple[float, int, int]:
+    measured = joined.of(diagnostic)
+    assert measured is not None  # only measured findings are sorted by cost
+    return _cost_key(measured)
+
+
 def sort_measured_first(diagnostics: Sequence[Any], joined: RuntimeJoin) -> List[Any]:
     """Measured findings first, by cost; the rest keep their order."""
     measured = [d for d in diagnostics if joined.of(d) is not None]
-    measured.sort(key=lambda d: _cost_key(joined.of(d)))
+    measured.sort(key=lambda d: _measured_cost(joined, d))
     rest = [d for d in diagnostics if joined.of(d) is None]
     return measured + rest
 

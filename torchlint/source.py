@@ -249,8 +249,9 @@ def write_atomic(path: str, data: bytes, durable: bool = True) -> None:
     skips the fsync (cache entries, which can always be rebuilt).
     """
     directory = os.path.dirname(os.path.abspath(path))
+    before: Optional[os.stat_result]
     try:
-        before: Optional[os.stat_result] = os.stat(path)
+        before = os.stat(path)
         mode = before.st_mode & 0o7777
     except FileNotFoundError:
         before, mode = None, 0o644

@@ -51,7 +51,7 @@ _SKIPPED_FIELDS = frozenset(
     }
 )
 # Source order where dataclass field order differs from it.
-_FIELD_ORDER = {
+_FIELD_ORDER: Dict[type, Tuple[str, ...]] = {
     cst.FunctionDef: ("decorators", "name", "params", "returns", "body"),
     cst.ClassDef: ("decorators", "name", "bases", "keywords", "body"),
     cst.IfExp: ("body", "test", "orelse"),

@@ -9,7 +9,8 @@ a ``visit_<Type>``/``leave_<Type>`` method for its type.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Dict, List, Sequence, Tuple
+from types import MethodType
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Sequence, Tuple
 
 import libcst as cst
 
@@ -19,7 +20,8 @@ from torchlint.tree import _IS_NODE, _child_fields, _is_node_type
 if TYPE_CHECKING:  # pragma: no cover
     from torchlint.model import FileModel
 
-Dispatch = Dict[type, List[Callable[[cst.CSTNode], None]]]
+# node type -> the rules' bound visit_/leave_ methods for it
+Dispatch = Dict[type, List[MethodType]]
 
 
 def build_dispatch(rules: Sequence[object]) -> Tuple[Dispatch, Dispatch]:
@@ -201,13 +203,14 @@ _LEAF_TYPES = frozenset(
     {cst.Name, cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.Ellipsis, cst.Pass, cst.Break, cst.Continue}
 )
 
-_SPECIAL: Dict[type, Callable[[Walker, cst.CSTNode], None]] = {
+# Each handler takes its key's node type, which one Callable type cannot say per entry: the node is Any.
+_SPECIAL: Dict[type, Callable[[Walker, Any], None]] = {
     cst.FunctionDef: Walker._function,
     cst.ClassDef: Walker._class,
     cst.For: Walker._loop,
     cst.While: Walker._loop,
 }
-_ENGINE_HOOKS: Dict[type, Callable[[Collector, cst.CSTNode], None]] = {
+_ENGINE_HOOKS: Dict[type, Callable[[Collector, Any], None]] = {
     cst.Import: Collector.enter_import,
     cst.ImportFrom: Collector.enter_import,
     cst.Call: Collector.enter_call,
@@ -224,7 +227,7 @@ _ENGINE_HOOKS: Dict[type, Callable[[Collector, cst.CSTNode], None]] = {
     cst.Lambda: Collector.enter_lambda,
 }
 # After the rules' ``leave_`` methods, so they see the bindings of before the node.
-_ENGINE_LEAVE_HOOKS: Dict[type, Callable[[Collector, cst.CSTNode], None]] = {
+_ENGINE_LEAVE_HOOKS: Dict[type, Callable[[Collector, Any], None]] = {
     cst.Assign: Collector.leave_assign,
     cst.Lambda: Collector.leave_lambda,
 }

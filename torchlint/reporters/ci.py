@@ -174,6 +174,7 @@ def _evidence_properties(related: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
 
 def _runtime_only_results(ctx: ReportContext, root: str) -> List[Dict[str, Any]]:
     """Runtime findings no static finding joined: notes without a rule, with ``measured``."""
+    assert ctx.runtime is not None  # called only with a runtime report
     results = []
     for entry in ctx.runtime.runtime_only:
         result: Dict[str, Any] = {

@@ -84,8 +84,8 @@ def json_lines(diagnostics: Sequence[Diagnostic], ctx: ReportContext, out: TextI
 def junit(diagnostics: Sequence[Diagnostic], ctx: ReportContext, out: TextIO) -> None:
     out.write('<?xml version="1.0" encoding="UTF-8"?>\n')
     out.write(f'<testsuites name="torchlint" tests="{len(diagnostics)}" failures="{len(diagnostics)}" errors="0">\n')
-    for path, items in groupby(diagnostics, key=lambda d: d.path):
-        items = list(items)
+    for path, group in groupby(diagnostics, key=lambda d: d.path):
+        items = list(group)
         shown = ctx.display_path(path)
         out.write(
             f'  <testsuite name={quoteattr(shown)} tests="{len(items)}" disabled="0" errors="0" '
