@@ -21,7 +21,18 @@ from torchlint.rule import DISPLAY_ONLY, Evidence, Fix, Invalid, Rule, Valid
 
 _CONVERSIONS = ("float", "int", "bool")
 _MODULE_METHODS = frozenset(
-    {"parameters", "named_parameters", "state_dict", "load_state_dict", "modules", "named_modules", "children", "eval", "train", "buffers"}
+    {
+        "parameters",
+        "named_parameters",
+        "state_dict",
+        "load_state_dict",
+        "modules",
+        "named_modules",
+        "children",
+        "eval",
+        "train",
+        "buffers",
+    }
 )
 _FORMATTERS = ("print", "str", "repr", "format")
 # Tensor methods whose size arguments must be Python ints: a tensor there is read back.
@@ -441,7 +452,9 @@ class HostSyncInLoop(Rule):
             receiver = node.func.value  # type: ignore[attr-defined]
             if tensor_evidence(self.ctx, receiver) is False or lives_on_host(self.ctx, receiver):
                 return  # not a tensor, or one in host memory: nothing to wait for
-            if method == "cpu" and (module_evidence(self.ctx, receiver) or self._result_discarded(node) or self._used_as_module(node)):
+            if method == "cpu" and (
+                module_evidence(self.ctx, receiver) or self._result_discarded(node) or self._used_as_module(node)
+            ):
                 return  # a discarded `.cpu()` result is a module moved in place
             if method != "item" and self._collected_on_host(node):
                 return  # the copy is the point: results gathered on the host
@@ -453,7 +466,11 @@ class HostSyncInLoop(Rule):
                 return  # `component.to("cpu")` as a statement moves a module
             if self._collected_on_host(node):
                 return
-            if not already_on_host(receiver) and not module_evidence(self.ctx, receiver) and tensor_evidence(self.ctx, receiver) is not False:
+            if (
+                not already_on_host(receiver)
+                and not module_evidence(self.ctx, receiver)
+                and tensor_evidence(self.ctx, receiver) is not False
+            ):
                 self._candidate(node, '`.to("cpu")`', None, discardable=True)
             return
         if isinstance(node.func, cst.Name) and node.args:
@@ -466,7 +483,9 @@ class HostSyncInLoop(Rule):
                 self._implicit_int(node.args, "`range()` of a tensor")
                 return
             elif func in _FORMATTERS:
-                evidence = next((e for e in (self._is_device_value(a.value) for a in node.args if not a.keyword) if e), False)
+                evidence = next(
+                    (e for e in (self._is_device_value(a.value) for a in node.args if not a.keyword) if e), False
+                )
                 if evidence:
                     self._candidate(node, f"`{func}()` of a tensor", None, param=evidence)
 
@@ -476,8 +495,10 @@ class HostSyncInLoop(Rule):
             if (self.ctx.qualified_name(node.func) or "").startswith("torch."):
                 positions = tuple(p + 1 for p in positions)  # ``torch.topk(x, k)``: the tensor comes first
             sizes = [
-                a for i, a in enumerate(node.args)
-                if (a.keyword is None and not a.star and i in positions) or (a.keyword is not None and a.keyword.value in keywords)
+                a
+                for i, a in enumerate(node.args)
+                if (a.keyword is None and not a.star and i in positions)
+                or (a.keyword is not None and a.keyword.value in keywords)
             ]
             self._implicit_int(sizes, f"a tensor as an int argument of `.{node.func.attr.value}()`")
 
@@ -607,7 +628,12 @@ class HostSyncInLoop(Rule):
         return False
 
     def _candidate(
-        self, node: cst.CSTNode, what: str, fix: Optional[Fix], discardable: bool = False, param: Union[bool, str] = True
+        self,
+        node: cst.CSTNode,
+        what: str,
+        fix: Optional[Fix],
+        discardable: bool = False,
+        param: Union[bool, str] = True,
     ) -> None:
         site = self.ctx.site()
         if self.ctx.current_node is not node:
@@ -623,7 +649,11 @@ class HostSyncInLoop(Rule):
         if reads_host(call) != "item":
             return None
         receiver = call.func.value  # type: ignore[attr-defined]
-        if isinstance(receiver, cst.Call) and isinstance(receiver.func, cst.Attribute) and receiver.func.attr.value == "detach":
+        if (
+            isinstance(receiver, cst.Call)
+            and isinstance(receiver.func, cst.Attribute)
+            and receiver.func.attr.value == "detach"
+        ):
             replacement = receiver
         else:
             replacement = cst.Call(func=cst.Attribute(value=receiver, attr=cst.Name("detach")))
@@ -679,7 +709,8 @@ class HostSyncInLoop(Rule):
                 )
             else:
                 message = (
-                    f"{what} in `{helper.name}()` forces a host-device sync once per batch: it is called from {loop.line_hint}; "
+                    f"{what} in `{helper.name}()` forces a host-device sync once per batch: "
+                    f"it is called from {loop.line_hint}; "
                     "read the value every N steps instead"
                 )
             self.report(node, message, fix, evidence=_loop_evidence(loop, helper))
@@ -687,7 +718,11 @@ class HostSyncInLoop(Rule):
 
 def _loop_evidence(loop, helper) -> List[Evidence]:
     """Why the read runs per batch: the loop, or the helper's call from it."""
-    text = f"runs once per batch: {loop.line_hint}" if helper is None else f"`{helper.name}()` runs once per batch: {loop.line_hint}"
+    text = (
+        f"runs once per batch: {loop.line_hint}"
+        if helper is None
+        else f"`{helper.name}()` runs once per batch: {loop.line_hint}"
+    )
     return [Evidence(text, node=per_batch_anchor(loop, helper))]
 
 
@@ -703,7 +738,9 @@ def _unconditional_positions(site: Site) -> List[Tuple[int, int]]:
         if isinstance(block, cst.IndentedBlock):
             if unconditional:
                 positions.append((id(block), block.body.index(child)))
-        elif isinstance(block, (cst.If, cst.Else, cst.ExceptHandler, cst.ExceptStarHandler, cst.Finally)) and child is not getattr(block, "test", None):
+        elif isinstance(
+            block, (cst.If, cst.Else, cst.ExceptHandler, cst.ExceptStarHandler, cst.Finally)
+        ) and child is not getattr(block, "test", None):
             unconditional = False
         elif isinstance(block, cst.IfExp) and child is not block.test:
             unconditional = False

@@ -397,7 +397,10 @@ class SynchronizeInLoop(Rule):
 def _is_stream_like(ctx, expr: cst.BaseExpression) -> bool:
     """A stream or an event: made by a torch stream/event factory, or named so."""
     if isinstance(expr, cst.Call):
-        return ctx.qualified_name(expr.func) in _STREAM_FACTORIES or last_name(expr.func) in ("current_stream", "default_stream")
+        return ctx.qualified_name(expr.func) in _STREAM_FACTORIES or last_name(expr.func) in (
+            "current_stream",
+            "default_stream",
+        )
     name = dotted_name(expr)
     if name is None:
         return False

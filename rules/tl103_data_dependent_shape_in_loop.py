@@ -22,10 +22,44 @@ _TORCH_ONLY_METHODS = frozenset({"masked_select", "unique_consecutive", "nonzero
 _SHARED_METHODS = frozenset({"nonzero", "unique", "argwhere"})
 # Calls whose result is a boolean mask.
 _MASK_METHODS = frozenset(
-    {"bool", "eq", "ne", "gt", "ge", "lt", "le", "isnan", "isinf", "isfinite", "logical_and", "logical_or", "logical_not", "logical_xor", "isin"}
+    {
+        "bool",
+        "eq",
+        "ne",
+        "gt",
+        "ge",
+        "lt",
+        "le",
+        "isnan",
+        "isinf",
+        "isfinite",
+        "logical_and",
+        "logical_or",
+        "logical_not",
+        "logical_xor",
+        "isin",
+    }
 )
 _MASK_FUNCTIONS = frozenset(
-    "torch." + name for name in ("isnan", "isinf", "isfinite", "isneginf", "isposinf", "logical_and", "logical_or", "logical_not", "logical_xor", "isin", "eq", "ne", "gt", "ge", "lt", "le")
+    "torch." + name
+    for name in (
+        "isnan",
+        "isinf",
+        "isfinite",
+        "isneginf",
+        "isposinf",
+        "logical_and",
+        "logical_or",
+        "logical_not",
+        "logical_xor",
+        "isin",
+        "eq",
+        "ne",
+        "gt",
+        "ge",
+        "lt",
+        "le",
+    )
 )
 
 
@@ -280,7 +314,9 @@ class DataDependentShapeInLoop(Rule):
         if len(node.slice) != 1 or not isinstance(node.slice[0].slice, cst.Index):
             return
         parent = ctx.current_parent()
-        if isinstance(parent, (cst.AssignTarget, cst.AugAssign)) or (isinstance(parent, cst.AnnAssign) and parent.target is node):
+        if isinstance(parent, (cst.AssignTarget, cst.AugAssign)) or (
+            isinstance(parent, cst.AnnAssign) and parent.target is node
+        ):
             return  # masked assignment: a masked fill, no sync
         if isinstance(parent, (cst.Element, cst.StarredElement)) and _in_assign_target(ctx.ancestry()):
             return
@@ -322,7 +358,11 @@ class DataDependentShapeInLoop(Rule):
             qname = ctx.qualified_name(expr.func)
             if qname in _MASK_FUNCTIONS:
                 return True, True
-            if isinstance(expr.func, cst.Attribute) and expr.func.attr.value in _MASK_METHODS and not (qname or "").startswith(("numpy.", "np.")):
+            if (
+                isinstance(expr.func, cst.Attribute)
+                and expr.func.attr.value in _MASK_METHODS
+                and not (qname or "").startswith(("numpy.", "np."))
+            ):
                 if expr.func.attr.value == "bool":
                     if expr.args:
                         return False, None
@@ -384,14 +424,19 @@ class DataDependentShapeInLoop(Rule):
             if loop is None:
                 continue
             advice = (
-                "pass `output_size=`" if "repeat_interleave" in what
+                "pass `output_size=`"
+                if "repeat_interleave" in what
                 else "use a fixed-size form such as `torch.where(mask, x, 0)` or `masked_fill`, or weight by the mask"
             )
             if helper is None:
-                message = f"{what} has a data-dependent output size and syncs with the host on every iteration of {loop.line_hint}; {advice}"
+                message = (
+                    f"{what} has a data-dependent output size and syncs with the host on every iteration of "
+                    f"{loop.line_hint}; {advice}"
+                )
             else:
                 message = (
-                    f"{what} in `{helper.name}()` has a data-dependent output size and syncs with the host once per batch: "
+                    f"{what} in `{helper.name}()` has a data-dependent output size "
+                    "and syncs with the host once per batch: "
                     f"it is called from {loop.line_hint}; {advice}"
                 )
             self.report(node, message)

@@ -20,6 +20,8 @@ from torchlint.rule import DISPLAY_ONLY, SAFE, UNSAFE, Evidence, Invalid, Option
 
 # A name that holds a device: `device`, `args.device`, `self.dev`, `local_rank`, `x.device`.
 _DEVICE_NAME = re.compile(r"(?i)(^|_)(device|dev|gpu|cuda|rank|local_rank|gpu_id|device_id)s?$|^device")
+
+
 class BlockingHostToDeviceCopy(Rule):
     """## What it does
     Flags `.to(device)`, `.to("cuda")`, `.to(device, dtype)` and `.cuda()` on
@@ -183,13 +185,16 @@ class BlockingHostToDeviceCopy(Rule):
                     model(x).sum().backward()
         """),
         # A framework already placed the batches on the device.
-        Valid("""
+        Valid(
+            """
             from torch.utils.data import DataLoader
             loader = DataLoader(ds, pin_memory=True)
             model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
             for batch in loader:
                 batch = batch.to(accelerator.device)
-        """, options={"assume-pinned": True}),
+        """,
+            options={"assume-pinned": True},
+        ),
         # A copy with **kwargs may already pass non_blocking.
         Valid("""
             from torch.utils.data import DataLoader
@@ -447,8 +452,8 @@ class BlockingHostToDeviceCopy(Rule):
 
     def _is_gpu_device(self, expr: cst.BaseExpression, depth: int = 0) -> bool:
         if isinstance(expr, cst.SimpleString):
-            value = expr.evaluated_value
-            return isinstance(value, str) and value.startswith(("cuda", "xpu"))
+            text = expr.evaluated_value
+            return isinstance(text, str) and text.startswith(("cuda", "xpu"))
         if isinstance(expr, cst.Integer):
             return True  # a CUDA ordinal
         if isinstance(expr, cst.IfExp):
@@ -490,7 +495,8 @@ class BlockingHostToDeviceCopy(Rule):
             elif self.opts.get("assume-pinned"):
                 message = (
                     f"{what} copies batch data to the GPU without `non_blocking=True`; the batch source is not "
-                    "visible here, and `non_blocking` only helps if it is in pinned memory (`DataLoader(pin_memory=True)`)"
+                    "visible here, and `non_blocking` only helps if it is in pinned memory "
+                    "(`DataLoader(pin_memory=True)`)"
                 )
                 applicability = UNSAFE
             else:
@@ -536,9 +542,12 @@ class BlockingHostToDeviceCopy(Rule):
     def _kwargs_without_collate(self, loader: LoaderInfo) -> bool:
         """``DataLoader(ds, **kwargs)`` whose dicts are built in view and never get a ``collate_fn``."""
         call = loader.call
+        assert call is not None  # the caller handles a loader from another file
         if any(arg.keyword is not None and arg.keyword.value == "collate_fn" for arg in call.args):
             return False
-        if len([arg for arg in call.args if arg.keyword is None and not arg.star]) > 6 or any(arg.star == "*" for arg in call.args):
+        if len([arg for arg in call.args if arg.keyword is None and not arg.star]) > 6 or any(
+            arg.star == "*" for arg in call.args
+        ):
             return False
         scope = id(loader.function.node) if loader.function is not None else 0
         for starred in (arg for arg in call.args if arg.star == "**"):
@@ -579,7 +588,20 @@ def _add_non_blocking(ctx, call: cst.Call):
     if call.args:
         last = call.args[-1]
         return ctx.replace(last.value, f"{ctx.code_for(last.value)}, non_blocking=True")
-    return ctx.replace(call, call.with_changes(args=[cst.Arg(keyword=cst.Name("non_blocking"), value=cst.Name("True"), equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")))]))
+    return ctx.replace(
+        call,
+        call.with_changes(
+            args=[
+                cst.Arg(
+                    keyword=cst.Name("non_blocking"),
+                    value=cst.Name("True"),
+                    equal=cst.AssignEqual(
+                        whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
+                    ),
+                )
+            ]
+        ),
+    )
 
 
 def _is_bool_literal(node: cst.BaseExpression) -> bool:

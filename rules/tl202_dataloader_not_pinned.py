@@ -320,10 +320,12 @@ class DataloaderNotPinned(Rule):
     ]
 
     def finish(self) -> None:
-        unpinned = [l for l in self.ctx.facts.loaders if l.pinned is False and not self._handed_to_framework(l)]
+        unpinned = [
+            info for info in self.ctx.facts.loaders if info.pinned is False and not self._handed_to_framework(info)
+        ]
         if not unpinned:
             return
-        any_pinned = any(l.pinned is not False for l in self.ctx.facts.loaders)
+        any_pinned = any(info.pinned is not False for info in self.ctx.facts.loaders)
         flagged = set()
         for origin in self.ctx.facts.batch_copies:
             loader = self.ctx.facts.loader_for(origin.source, origin.function)
@@ -336,7 +338,15 @@ class DataloaderNotPinned(Rule):
             for target in targets:
                 if id(target) not in flagged:
                     flagged.add(id(target))
-                    copied = [Evidence("its batches are copied to the GPU once per batch of this loop", node=origin.loop_node)] if origin.loop_node is not None else []
+                    copied = (
+                        [
+                            Evidence(
+                                "its batches are copied to the GPU once per batch of this loop", node=origin.loop_node
+                            )
+                        ]
+                        if origin.loop_node is not None
+                        else []
+                    )
                     self._report(target, evidence=copied)
         for loader in unpinned:
             if id(loader) not in flagged:
@@ -350,6 +360,7 @@ class DataloaderNotPinned(Rule):
 
     def _report(self, loader: LoaderInfo, where: str = "this module", evidence: Sequence[Evidence] = ()) -> None:
         call = loader.call
+        assert call is not None  # the module's own loaders: each has its call
         arg = keyword(call, "pin_memory")
         message = (
             f"this DataLoader's batches are copied to the GPU in {where}, but it does not use pinned memory"

@@ -301,8 +301,10 @@ class DataloaderSingleProcess(Rule):
                 self.assigned.setdefault(name, []).append(node.value)
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        if node.name.value == "__getitem__" and self.ctx.enclosing_class() and does_per_item_work(node):
-            self.loading_classes.add(self.ctx.enclosing_class())
+        if node.name.value == "__getitem__":
+            owner = self.ctx.enclosing_class()
+            if owner and does_per_item_work(node):
+                self.loading_classes.add(owner)
 
     def finish(self) -> None:
         facts = self.ctx.facts
@@ -315,22 +317,32 @@ class DataloaderSingleProcess(Rule):
         if move is None:
             return  # nothing in this file runs on a GPU: no GPU waits for the loader
         for loader in facts.loaders:
+            assert loader.call is not None  # the module's own loaders: each has its call
             reason = self._single_process(loader)
             dataset = _dataset_argument(loader.call)
-            if reason is None or self._evaluation_only(loader) or self._not_a_data_feed(loader) or not self._loads_per_item(dataset):
+            if (
+                reason is None
+                or self._evaluation_only(loader)
+                or self._not_a_data_feed(loader)
+                or not self._loads_per_item(dataset)
+            ):
                 continue
             self.report(
                 loader.call,
-                f"{reason}: this DataLoader reads and transforms every sample in the training process while the GPU waits; "
+                f"{reason}: this DataLoader reads and transforms every sample in the training process "
+                "while the GPU waits; "
                 "set `num_workers` to a few worker processes",
                 evidence=[
-                    Evidence("fetching a sample is real work (files read or decoded, or a transform applied)", node=dataset),
+                    Evidence(
+                        "fetching a sample is real work (files read or decoded, or a transform applied)", node=dataset
+                    ),
                     Evidence(f"the work runs on a GPU: `{_last_line(self.ctx.code_for(move))}`", node=move),
                 ],
             )
 
     def _single_process(self, loader: LoaderInfo) -> Optional[str]:
         call = loader.call
+        assert call is not None  # the module's own loaders: each has its call
         value = loader.num_workers
         if value is None:
             for arg in call.args:
@@ -349,7 +361,11 @@ class DataloaderSingleProcess(Rule):
         """Loops iterate this loader's name, and none of them trains."""
         if loader.target is None:
             return False
-        loops = [loop for loop in self.ctx.facts.loops.values() if isinstance(loop.node, cst.For) and _iterates(loop.node.iter, loader.target)]
+        loops = [
+            loop
+            for loop in self.ctx.facts.loops.values()
+            if isinstance(loop.node, cst.For) and _iterates(loop.node.iter, loader.target)
+        ]
         return bool(loops) and not any(self._loop_trains(loop) for loop in loops)
 
     def _not_a_data_feed(self, loader: LoaderInfo) -> bool:
@@ -390,7 +406,10 @@ class DataloaderSingleProcess(Rule):
         qname = self.ctx.qualified_name(node.func) or dotted_name(node.func) or ""
         if qname.startswith("torchvision.datasets."):
             return True
-        if any(arg.keyword is not None and arg.keyword.value in _TRANSFORM_KEYWORDS and not _is_none(arg.value) for arg in node.args):
+        if any(
+            arg.keyword is not None and arg.keyword.value in _TRANSFORM_KEYWORDS and not _is_none(arg.value)
+            for arg in node.args
+        ):
             return True
         name = qname.rsplit(".", 1)[-1]
         if name in self.loading_classes or self.ctx.class_loads_per_item(node.func):
@@ -404,6 +423,8 @@ class DataloaderSingleProcess(Rule):
 _PEEKS = frozenset({"first", "next", "iter"})
 _TRANSFORM_KEYWORDS = frozenset({"transform", "transforms", "target_transform"})
 _WRAPPERS = frozenset({"Subset", "ConcatDataset", "ChainDataset"})
+
+
 def _dataset_argument(call: cst.Call) -> Optional[cst.BaseExpression]:
     for arg in call.args:
         if arg.keyword is not None and arg.keyword.value == "dataset":

@@ -11,8 +11,7 @@ from torchlint.rule import SAFE, UNSAFE, Evidence, Fix, Invalid, Rule, Valid
 _DETERMINISTIC = frozenset(
     "torch." + name
     for name in (
-        "zeros ones empty full arange range linspace logspace eye "
-        "empty_strided scalar_tensor tril_indices triu_indices"
+        "zeros ones empty full arange range linspace logspace eye empty_strided scalar_tensor tril_indices triu_indices"
     ).split()
 )
 # Factories that compute their values: on the device, floating-point results can differ from the CPU's.
@@ -368,7 +367,8 @@ class CpuTensorThenMove(Rule):
         short = qname.rsplit(".", 1)[-1]  # type: ignore[union-attr]
         requires_grad = keyword(factory, "requires_grad")
         message = (
-            f"`torch.{short}(...)` creates the tensor on the CPU and `.{func.attr.value}(...)` then copies it to the device; "
+            f"`torch.{short}(...)` creates the tensor on the CPU "
+            f"and `.{func.attr.value}(...)` then copies it to the device; "
             "pass `device=` to the factory instead"
         )
         if random:
@@ -378,7 +378,10 @@ class CpuTensorThenMove(Rule):
         if device is not None:
             unsafe = (
                 random
-                or (requires_grad is not None and not (isinstance(requires_grad.value, cst.Name) and requires_grad.value.value == "False"))
+                or (
+                    requires_grad is not None
+                    and not (isinstance(requires_grad.value, cst.Name) and requires_grad.value.value == "False")
+                )
                 or qname in _FLOATING
                 or (qname in _COMPUTED and not _integer_literals_only(factory))
             )
@@ -387,28 +390,47 @@ class CpuTensorThenMove(Rule):
             new_arg = cst.Arg(
                 keyword=cst.Name("device"),
                 value=device,
-                equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")),
+                equal=cst.AssignEqual(
+                    whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
+                ),
             )
             args = list(factory.args)
             if args and isinstance(args[-1].comma, cst.Comma):
                 # A trailing comma: the new argument takes over the layout before
                 # the closing parenthesis, the old last one the layout between arguments.
                 new_arg = new_arg.with_changes(comma=args[-1].comma)
-                between = args[-2].comma if len(args) > 1 and isinstance(args[-2].comma, cst.Comma) else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+                between = (
+                    args[-2].comma
+                    if len(args) > 1 and isinstance(args[-2].comma, cst.Comma)
+                    else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+                )
                 args[-1] = args[-1].with_changes(comma=between)
             new_call = factory.with_changes(args=args + [new_arg])
-            fix = self.ctx.fix(UNSAFE if unsafe else SAFE, "Pass `device=` to the factory", self.ctx.replace(node, new_call))
+            fix = self.ctx.fix(
+                UNSAFE if unsafe else SAFE, "Pass `device=` to the factory", self.ctx.replace(node, new_call)
+            )
         self.candidates.append((self.ctx.site(), node, message, fix))
 
     def finish(self) -> None:
         for site, node, message, fix in self.candidates:
             forward = _in_forward(site)
             if forward is not None and site.runs_every_step():
-                self.report(node, message, fix, evidence=[Evidence("in a module's `forward()`: runs on every batch the module sees", node=forward.node)])
+                self.report(
+                    node,
+                    message,
+                    fix,
+                    evidence=[
+                        Evidence("in a module's `forward()`: runs on every batch the module sees", node=forward.node)
+                    ],
+                )
                 continue
             loop, helper = site.per_step()  # not under a periodic guard, nor on an exception path
             if loop is not None:
-                text = f"runs once per batch: {loop.line_hint}" if helper is None else f"`{helper.name}()` runs once per batch: {loop.line_hint}"
+                text = (
+                    f"runs once per batch: {loop.line_hint}"
+                    if helper is None
+                    else f"`{helper.name}()` runs once per batch: {loop.line_hint}"
+                )
                 self.report(node, message, fix, evidence=[Evidence(text, node=per_batch_anchor(loop, helper))])
 
     def _inside_fstring_quoted(self, quote: str) -> bool:
@@ -425,7 +447,11 @@ class CpuTensorThenMove(Rule):
             if len(others) == 1 and (others[0].keyword is None or others[0].keyword.value == "device"):
                 return others[0].value
             return None
-        if len(others) == 1 and not others[0].star and (others[0].keyword is None or others[0].keyword.value == "device"):
+        if (
+            len(others) == 1
+            and not others[0].star
+            and (others[0].keyword is None or others[0].keyword.value == "device")
+        ):
             return others[0].value
         return None
 
@@ -449,12 +475,18 @@ def _evidently_integer(value: cst.BaseExpression) -> bool:
         return True
     if isinstance(value, cst.UnaryOperation) and isinstance(value.operator, cst.Minus):
         return _evidently_integer(value.expression)
-    if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, (cst.Add, cst.Subtract, cst.Multiply, cst.FloorDivide)):
+    if isinstance(value, cst.BinaryOperation) and isinstance(
+        value.operator, (cst.Add, cst.Subtract, cst.Multiply, cst.FloorDivide)
+    ):
         return _evidently_integer(value.left) and _evidently_integer(value.right)
     if isinstance(value, cst.Call):
         if isinstance(value.func, cst.Name) and value.func.value == "len":
             return True
-        return isinstance(value.func, cst.Attribute) and value.func.attr.value in ("size", "numel", "dim") and bool(value.args or value.func.attr.value != "size")
+        return (
+            isinstance(value.func, cst.Attribute)
+            and value.func.attr.value in ("size", "numel", "dim")
+            and bool(value.args or value.func.attr.value != "size")
+        )
     if isinstance(value, cst.Subscript):
         return isinstance(value.value, cst.Attribute) and value.value.attr.value == "shape"
     return False

@@ -1,11 +1,14 @@
 from __future__ import annotations
 
-from typing import Dict, List, Set, Tuple
+from typing import TYPE_CHECKING, Dict, List, Set, Tuple, Union
 
 import libcst as cst
 
 from torchlint.model import LoopInfo, Site, device_move, dotted_name, module_evidence
 from torchlint.rule import Invalid, Rule, Valid
+
+if TYPE_CHECKING:
+    from torchlint.analysis import ForeignLoop
 
 
 class ModuleToDeviceInLoop(Rule):
@@ -240,7 +243,10 @@ class ModuleToDeviceInLoop(Rule):
                 continue
             what = f"`{name}.{node.func.attr.value}(...)`"  # type: ignore[attr-defined]
             if helper is None:
-                message = f"{what} moves a module to the device on every iteration of {loop.line_hint}; move it once, before the loop"
+                message = (
+                    f"{what} moves a module to the device on every iteration of {loop.line_hint}; "
+                    "move it once, before the loop"
+                )
             else:
                 message = (
                     f"{what} in `{helper.name}()` moves a module to the device once per batch: it is called from "
@@ -248,7 +254,7 @@ class ModuleToDeviceInLoop(Rule):
                 )
             self.report(node, message)
 
-    def _chosen_in_loop(self, site: Site, batch_loop: LoopInfo, name: str) -> bool:
+    def _chosen_in_loop(self, site: Site, batch_loop: Union[LoopInfo, ForeignLoop], name: str) -> bool:
         root = name.split(".")[0]
         for loop in site.loops():
             if name in self.offloaded.get(id(loop.node), ()):
@@ -271,4 +277,3 @@ def _names(target: cst.BaseExpression) -> Set[str]:
         return _names(target.value)
     name = dotted_name(target)
     return {name} if name else set()
-

@@ -7,6 +7,8 @@ from torchlint.rule import UNSAFE, Invalid, Rule, Valid
 
 # Methods that return a converted copy of a tensor but change a module in place.
 _COPY_METHODS = frozenset({"to", "cuda", "half", "float", "double", "bfloat16"})
+
+
 class DiscardedTensorCopy(Rule):
     """## What it does
     Flags `x.to(device)`, `x.cuda()` and dtype conversions such as
@@ -220,7 +222,11 @@ class DiscardedTensorCopy(Rule):
         )
         fix = None
         if isinstance(receiver, (cst.Name, cst.Attribute, cst.Subscript)):
-            fix = self.ctx.fix(UNSAFE, f"Assign the result back to `{text}`", self.ctx.replace(node, f"{text} = {self.ctx.code_for(call)}"))
+            fix = self.ctx.fix(
+                UNSAFE,
+                f"Assign the result back to `{text}`",
+                self.ctx.replace(node, f"{text} = {self.ctx.code_for(call)}"),
+            )
         self.report(node, message, fix)
 
     def _is_tensor(self, receiver: cst.BaseExpression) -> bool:

@@ -280,7 +280,11 @@ class NonBlockingDeviceToHostRead(Rule):
             device = keyword(value, "device")
             if pin is not None and literal_bool(pin.value):
                 return True
-            if device is not None and isinstance(device.value, cst.SimpleString) and device.value.evaluated_value == "cpu":
+            if (
+                device is not None
+                and isinstance(device.value, cst.SimpleString)
+                and device.value.evaluated_value == "cpu"
+            ):
                 return True
         return False
 
@@ -326,7 +330,11 @@ def _root(expr: cst.BaseExpression) -> cst.BaseExpression:
     """``preds.sum()`` / ``preds[0]`` -> ``preds``: reading a result computed on the host from it."""
     node = expr
     while True:
-        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and not _is_non_blocking_to_host_shape(node):
+        if (
+            isinstance(node, cst.Call)
+            and isinstance(node.func, cst.Attribute)
+            and not _is_non_blocking_to_host_shape(node)
+        ):
             node = node.func.value
         elif isinstance(node, cst.Subscript):
             node = node.value

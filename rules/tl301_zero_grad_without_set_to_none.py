@@ -128,9 +128,12 @@ class ZeroGradWithoutSetToNone(Rule):
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
         """),
-        Valid("""
+        Valid(
+            """
             optimizer.zero_grad(set_to_none=True)
-        """, target_torch="1.13"),
+        """,
+            target_torch="1.13",
+        ),
         # Reads the zeros before the next backward pass.
         Valid("""
             model.zero_grad(set_to_none=False)
@@ -188,17 +191,23 @@ class ZeroGradWithoutSetToNone(Rule):
                     remote_module.zero_grad(set_to_none=False)
         """),
         # torch 1.6 has no `set_to_none`: the suggested call would fail there.
-        Valid("""
+        Valid(
+            """
             optimizer.zero_grad()
             loss.backward()
-        """, target_torch="1.6"),
+        """,
+            target_torch="1.6",
+        ),
         # Manual gradient accumulation into the zeros, under old torch.
-        Valid("""
+        Valid(
+            """
             optimizer.zero_grad()
             for p, g in zip(model.parameters(), averaged):
                 p.grad += g
             optimizer.step()
-        """, target_torch="1.12"),
+        """,
+            target_torch="1.12",
+        ),
     ]
 
     INVALID = [
@@ -341,7 +350,9 @@ class ZeroGradWithoutSetToNone(Rule):
             for stmt in (node.body.body if isinstance(node.body, cst.IndentedBlock) else ())
         )
         # Modules and optimizers have torch's zero_grad.
-        self.classes[node.name.value] = _ClassInfo(any(is_module_base(b) or b.endswith("Optimizer") for b in bases), defines)
+        self.classes[node.name.value] = _ClassInfo(
+            any(is_module_base(b) or b.endswith("Optimizer") for b in bases), defines
+        )
         self.class_stack.append(node.name.value)
 
     def leave_ClassDef(self, node: cst.ClassDef) -> None:
@@ -490,7 +501,9 @@ class ZeroGradWithoutSetToNone(Rule):
                 if self.grad_updated_in_place or self._maybe_not_torch_signature(candidate):
                     self.report(call, message)
                 else:
-                    self.report(call, message, self.ctx.fix(UNSAFE, "Pass `set_to_none=True`", self.ctx.replace(call, new_call)))
+                    self.report(
+                        call, message, self.ctx.fix(UNSAFE, "Pass `set_to_none=True`", self.ctx.replace(call, new_call))
+                    )
 
     def _maybe_not_torch_signature(self, candidate: _Candidate) -> bool:
         """The receiver is built by something other than torch (a wrapper from
@@ -541,7 +554,9 @@ class ZeroGradWithoutSetToNone(Rule):
 _TIGHT_EQUAL = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
 
 
-_IN_PLACE_TENSOR_METHODS = frozenset({"add_", "sub_", "mul_", "div_", "copy_", "zero_", "fill_", "clamp_", "addcmul_", "addcdiv_", "lerp_"})
+_IN_PLACE_TENSOR_METHODS = frozenset(
+    {"add_", "sub_", "mul_", "div_", "copy_", "zero_", "fill_", "clamp_", "addcmul_", "addcdiv_", "lerp_"}
+)
 
 
 def _updates_in_place(grad: cst.Attribute, parent: Optional[cst.CSTNode], grandparent: Optional[cst.CSTNode]) -> bool:

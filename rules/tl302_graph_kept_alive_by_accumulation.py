@@ -1,10 +1,10 @@
 from __future__ import annotations
 
-from typing import Dict, List, Set, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from torchlint.model import Site, child_nodes, last_name, requires_grad_evidence
+from torchlint.model import LoopInfo, Site, child_nodes, last_name, requires_grad_evidence
 from torchlint.rule import SAFE, UNSAFE, Invalid, Rule, Valid
 
 # Calls that backpropagate through (or keep differentiating) their receiver/arguments.
@@ -12,9 +12,36 @@ _BACKPROP_METHODS = frozenset({"backward", "manual_backward", "grad", "scale", "
 # Calls that only read or store the accumulated value: passing it there keeps the fix safe.
 _READ_ONLY_CALLEES = frozenset(
     {
-        "print", "float", "int", "str", "repr", "format", "round", "len", "item", "append", "extend",
-        "log", "info", "debug", "warning", "add_scalar", "add_scalars", "write", "set_postfix", "set_description",
-        "mean", "sum", "stack", "cat", "tensor", "isfinite", "isnan", "update", "log_dict", "log_metrics",
+        "print",
+        "float",
+        "int",
+        "str",
+        "repr",
+        "format",
+        "round",
+        "len",
+        "item",
+        "append",
+        "extend",
+        "log",
+        "info",
+        "debug",
+        "warning",
+        "add_scalar",
+        "add_scalars",
+        "write",
+        "set_postfix",
+        "set_description",
+        "mean",
+        "sum",
+        "stack",
+        "cat",
+        "tensor",
+        "isfinite",
+        "isnan",
+        "update",
+        "log_dict",
+        "log_metrics",
     }
 )
 
@@ -381,7 +408,16 @@ class GraphKeptAliveByAccumulation(Rule):
         if self.ctx.value_of(name) is node.value:
             return  # never assigned before in this scope: a parameter or a global
         if requires_grad_evidence(self.ctx, node.value) is not False:
-            self.candidates.append((self.ctx.site(), node, name, node.value, f"`{name} += {self.ctx.code_for(node.value)}`", requires_grad_evidence(self.ctx, node.value) is True))
+            self.candidates.append(
+                (
+                    self.ctx.site(),
+                    node,
+                    name,
+                    node.value,
+                    f"`{name} += {self.ctx.code_for(node.value)}`",
+                    requires_grad_evidence(self.ctx, node.value) is True,
+                )
+            )
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
@@ -412,10 +448,21 @@ class GraphKeptAliveByAccumulation(Rule):
         ):
             target = func.value.value
             initial = self.ctx.value_of(target)
-            is_list = isinstance(initial, cst.List) or (isinstance(initial, cst.Call) and last_name(initial.func) == "list" and not initial.args)
+            is_list = isinstance(initial, cst.List) or (
+                isinstance(initial, cst.Call) and last_name(initial.func) == "list" and not initial.args
+            )
             value = node.args[0].value
             if is_list and requires_grad_evidence(self.ctx, value) is not False:
-                self.candidates.append((self.ctx.site(), node, target, value, f"`{target}.append({self.ctx.code_for(value)})`", requires_grad_evidence(self.ctx, value) is True))
+                self.candidates.append(
+                    (
+                        self.ctx.site(),
+                        node,
+                        target,
+                        value,
+                        f"`{target}.append({self.ctx.code_for(value)})`",
+                        requires_grad_evidence(self.ctx, value) is True,
+                    )
+                )
 
     def _mark_names(self, expr: cst.CSTNode, into: Set[Tuple[object, str]], scope: object, depth: int = 0) -> None:
         for sub in _names_outside_host_reads(expr):
@@ -446,7 +493,7 @@ class GraphKeptAliveByAccumulation(Rule):
         if self.ctx.loop is None:
             return
         loops = set()
-        loop = self.ctx.loop
+        loop: Optional[LoopInfo] = self.ctx.loop
         while loop is not None:
             loops.add(id(loop.node))
             loop = loop.parent
@@ -466,7 +513,7 @@ class GraphKeptAliveByAccumulation(Rule):
             if site.in_no_grad() or site.in_exception_path():
                 continue
             loop = site.batch_loop()
-            if loop is None or not any(l.trains for l in site.loops()):
+            if loop is None or not any(enclosing.trains for enclosing in site.loops()):
                 continue
             if id(loop.node) in self.assigned_in_loops.get(key, ()):
                 continue  # reset on every iteration: one graph at a time
@@ -486,7 +533,11 @@ class GraphKeptAliveByAccumulation(Rule):
             replacement = f"{text}.detach()"
         else:
             replacement = f"({text}).detach()"
-        return self.ctx.fix(UNSAFE if passed_elsewhere else SAFE, "Accumulate `.detach()` of the value", self.ctx.replace(value, replacement))
+        return self.ctx.fix(
+            UNSAFE if passed_elsewhere else SAFE,
+            "Accumulate `.detach()` of the value",
+            self.ctx.replace(value, replacement),
+        )
 
 
 _HOST_READ_CALLS = frozenset({"float", "int", "round", "str", "len"})

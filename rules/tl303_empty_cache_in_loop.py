@@ -314,8 +314,11 @@ class EmptyCacheInLoop(Rule):
                         frontier.append(info.name)
 
         def per_batch(loop: LoopInfo) -> bool:
-            return loop.iterates_data or loop.trains or loop.pulls_batches or any(
-                facts.function_trains(name) and name not in epoch_functions for name in loop.calls
+            return (
+                loop.iterates_data
+                or loop.trains
+                or loop.pulls_batches
+                or any(facts.function_trains(name) and name not in epoch_functions for name in loop.calls)
             )
 
         return self.ctx.facts_batch_caller(helper, callers, per_batch)

@@ -300,7 +300,7 @@ class MissingZeroGrad(Rule):
     def finish(self) -> None:
         reported: Set[int] = set()
         for loop, node, text, optimizer in self.steps:
-            target = loop
+            target: Optional[LoopInfo] = loop
             while target is not None and id(target.node) not in self.backward_loops:
                 target = target.parent
             if target is None or id(target.node) in reported:
@@ -317,4 +317,3 @@ class MissingZeroGrad(Rule):
                 f"`{text}` runs in {target.line_hint}, which calls `backward()` but never clears the gradients: "
                 "every step applies the sum of all gradients so far; call `zero_grad()` after each step",
             )
-

@@ -6,7 +6,15 @@ from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from torchlint.model import FunctionInfo, dotted_name, exclusive_branches, iter_subtree, keyword, last_name, literal_bool
+from torchlint.model import (
+    FunctionInfo,
+    dotted_name,
+    exclusive_branches,
+    iter_subtree,
+    keyword,
+    last_name,
+    literal_bool,
+)
 from torchlint.rule import DISPLAY_ONLY, SAFE, Invalid, Rule, Valid
 
 _CLIPS = frozenset(
@@ -555,7 +563,10 @@ class ClipGradWithoutUnscale(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
-        if last_name(func) not in ("scale", "unscale_", "step", "update") and self.ctx.qualified_name(func) not in _CLIPS:
+        if (
+            last_name(func) not in ("scale", "unscale_", "step", "update")
+            and self.ctx.qualified_name(func) not in _CLIPS
+        ):
             for arg in node.args:
                 name = dotted_name(arg.value)
                 if name is not None:  # ``unscale_for_clipping(scaler, optimizer)`` may unscale
@@ -607,13 +618,21 @@ class ClipGradWithoutUnscale(Rule):
                 if clip.kind == CLIP:
                     self._judge(scope, clip, events[:index], events[index + 1 :], scaled_anywhere)
 
-    def _judge(self, scope: Optional[cst.CSTNode], clip: _Event, before: List[_Event], after: List[_Event], scaled_anywhere: Set[Optional[str]]) -> None:
+    def _judge(
+        self,
+        scope: Optional[cst.CSTNode],
+        clip: _Event,
+        before: List[_Event],
+        after: List[_Event],
+        scaled_anywhere: Set[Optional[str]],
+    ) -> None:
         on_path_before = [e for e in before if e.kind != CLIP and not exclusive_branches(e.stack, clip.stack)]
         on_path_after = [e for e in after if e.kind != CLIP and not exclusive_branches(e.stack, clip.stack)]
         last = on_path_before[-1] if on_path_before else None
         next_step = next((e for e in on_path_after if e.kind == STEP), None)
         if last is not None and last.kind == SCALE:
             scaler = last.scaler
+            assert scaler is not None  # a SCALE event names its scaler
             step = next((e for e in on_path_after if e.kind == STEP and e.scaler == scaler), None)
             if step is None or any(e.kind == SCALE for e in on_path_after[: on_path_after.index(step)]):
                 return
@@ -635,10 +654,18 @@ class ClipGradWithoutUnscale(Rule):
             if scaler is not None and self._lookup(self.scalers, scope, scaler) and scaler in scaled_anywhere:
                 if any(e.kind == SCALE for e in on_path_after[: on_path_after.index(next_step)]):
                     return
-                self._report_before_step(clip, scaler, next_step, on_path_after, _earlier_clip_on_path(clip, before), scope)
+                self._report_before_step(
+                    clip, scaler, next_step, on_path_after, _earlier_clip_on_path(clip, before), scope
+                )
 
     def _report_before_step(
-        self, clip: _Event, scaler: str, step: _Event, after: List[_Event], earlier_clip: bool, scope: Optional[cst.CSTNode] = None
+        self,
+        clip: _Event,
+        scaler: str,
+        step: _Event,
+        after: List[_Event],
+        earlier_clip: bool,
+        scope: Optional[cst.CSTNode] = None,
     ) -> None:
         steps = [e for e in after if e.kind == STEP and e.scaler == scaler]
         cycle_end = next((i for i, e in enumerate(after) if e.kind == SCALE), len(after))
@@ -664,7 +691,11 @@ class ClipGradWithoutUnscale(Rule):
             # a second one raises "unscale_() has already been called"
             and not any((scope, name) in self.handed_to_calls for name in (scaler, optimizer))
         )
-        fix = self.ctx.fix(SAFE if safe else DISPLAY_ONLY, f"Insert `{line}` before the clip", self.ctx.insert_line_before(statement or clip.call, line))
+        fix = self.ctx.fix(
+            SAFE if safe else DISPLAY_ONLY,
+            f"Insert `{line}` before the clip",
+            self.ctx.insert_line_before(statement or clip.call, line),
+        )
         self.report(clip.call, message, fix)
 
     def _optimizer(self, step_call: cst.Call) -> Optional[str]:
@@ -707,7 +738,7 @@ class ClipGradWithoutUnscale(Rule):
         for node in clip_stack[depth:]:
             if isinstance(node, (cst.For, cst.While, cst.FunctionDef, cst.Lambda, cst.ListComp, cst.GeneratorExp)):
                 return False
-        body = list(block.body)
+        body: List[cst.CSTNode] = list(block.body)
         start, end = body.index(clip_holder), body.index(step_holder)
         for between in body[start + 1 : end]:
             for sub in iter_subtree(between):

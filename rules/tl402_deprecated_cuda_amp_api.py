@@ -18,7 +18,9 @@ _DEPRECATED = {
 # torch.cuda.amp.autocast(enabled, dtype, cache_enabled): positional parameters,
 # which torch.amp.autocast(device_type, dtype, enabled, cache_enabled) orders differently.
 _AUTOCAST_POSITIONAL = ("enabled", "dtype", "cache_enabled")
-_COMPAT_TEST = re.compile(r"(?i)(version|hasattr|is_torch|torch_\w*(greater|less|newer|older|ge|lt)|_TORCH_|amp\.GradScaler)")
+_COMPAT_TEST = re.compile(
+    r"(?i)(version|hasattr|is_torch|torch_\w*(greater|less|newer|older|ge|lt)|_TORCH_|amp\.GradScaler)"
+)
 
 
 class DeprecatedCudaAmpApi(Rule):
@@ -123,10 +125,13 @@ class DeprecatedCudaAmpApi(Rule):
                 from torch.cuda.amp import GradScaler
                 scaler = GradScaler()
         """),
-        Valid("""
+        Valid(
+            """
             import torch
             scaler = torch.cuda.amp.GradScaler()
-        """, target_torch="2.1"),
+        """,
+            target_torch="2.1",
+        ),
         Valid("""
             from apex import amp
             model, optimizer = amp.initialize(model, optimizer)
@@ -379,5 +384,10 @@ def _version(text: str) -> Tuple[int, int]:
 def _handles_missing_api(handler: cst.ExceptHandler) -> bool:
     if handler.type is None:
         return True
-    names = {dotted_name(t) for t in ([handler.type] if not isinstance(handler.type, cst.Tuple) else [e.value for e in handler.type.elements])}
+    names = {
+        dotted_name(t)
+        for t in (
+            [handler.type] if not isinstance(handler.type, cst.Tuple) else [e.value for e in handler.type.elements]
+        )
+    }
     return bool(names & {"ImportError", "AttributeError", "ModuleNotFoundError", "Exception"})

@@ -271,5 +271,6 @@ class GradScalerWithBfloat16(Rule):
             self.report(
                 node,
                 "this GradScaler is always enabled, but every autocast region here computes in bfloat16, "
-                "whose float32-sized exponent range needs no loss scaling; drop the scaler or enable it only for float16",
+                "whose float32-sized exponent range needs no loss scaling; "
+                "drop the scaler or enable it only for float16",
             )

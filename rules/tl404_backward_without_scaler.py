@@ -335,7 +335,9 @@ class BackwardWithoutScaler(Rule):
     def _fix(self, node: cst.Call, scaler: str):
         receiver = node.func.value  # type: ignore[attr-defined]
         new_receiver = f"{scaler}.scale({self.ctx.code_for(receiver.with_changes(lpar=[], rpar=[]))})"
-        return self.ctx.fix(UNSAFE, f"Scale the loss with `{scaler}.scale(...)`", self.ctx.replace(receiver, new_receiver))
+        return self.ctx.fix(
+            UNSAFE, f"Scale the loss with `{scaler}.scale(...)`", self.ctx.replace(receiver, new_receiver)
+        )
 
 
 def _step_text(paired, scaler: str) -> str:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from typing import List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, List, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -15,6 +15,9 @@ from torchlint.model import (
     requires_cuda,
 )
 from torchlint.rule import DISPLAY_ONLY, SAFE, UNSAFE, Evidence, Fix, Invalid, Rule, Valid
+
+if TYPE_CHECKING:
+    from typing import TypeGuard  # Python 3.10+; only mypy reads it
 
 _CUDA_LITERAL = re.compile(r"^cuda(:\d+)?$")
 # Names of variables and parameters that hold a device.
@@ -44,8 +47,18 @@ _CUDA_ONLY = re.compile(r"(?i)(cuda|gpu)")
 _CUDA_ONLY_CODE = re.compile(r"(?i)(cuda|cudnn|gpu|triton|nccl|cutlass|nvidia|bench)")
 # Importing one of these makes a module CUDA-only by design.
 _CUDA_ONLY_MODULES = (
-    "triton", "bitsandbytes", "cupy", "pycuda", "apex", "cutlass", "cuda", "tensorrt", "flash_attn",
-    "transformer_engine", "msamp", "vllm",
+    "triton",
+    "bitsandbytes",
+    "cupy",
+    "pycuda",
+    "apex",
+    "cutlass",
+    "cuda",
+    "tensorrt",
+    "flash_attn",
+    "transformer_engine",
+    "msamp",
+    "vllm",
 )
 
 # Devices other than CUDA that code may choose: assigning one to a device
@@ -56,7 +69,7 @@ _OTHER_DEVICE = re.compile(r"^(cpu|mps|xpu|xla|npu|hpu|meta)(:\d+)?$")
 _DEVICE_TYPE_CLASS = re.compile(r"(?i)(scaler|autocast)")
 
 
-def is_cuda_literal(node: cst.CSTNode) -> bool:
+def is_cuda_literal(node: Optional[cst.CSTNode]) -> TypeGuard[cst.SimpleString]:
     if isinstance(node, cst.SimpleString):
         value = node.evaluated_value
         return isinstance(value, str) and bool(_CUDA_LITERAL.match(value))
@@ -197,7 +210,7 @@ class HardcodedCudaDevice(Rule):
 
     code = "TL501"
     name = "hardcoded-cuda-device"
-    summary = "A `.cuda()` call or a `\"cuda\"` device literal ties code to CUDA"
+    summary = 'A `.cuda()` call or a `"cuda"` device literal ties code to CUDA'
     fix_availability = "sometimes"
     requires_any = ("cuda",)
 
@@ -530,7 +543,16 @@ class HardcodedCudaDevice(Rule):
         func = node.func
         qname = self.ctx.qualified_name(func) or ""
         self._note_cpu_claim_in_call(node, qname)
-        callee = last_name(func) if isinstance(func, cst.Name) or (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value in ("self", "cls")) else None
+        callee = (
+            last_name(func)
+            if isinstance(func, cst.Name)
+            or (
+                isinstance(func, cst.Attribute)
+                and isinstance(func.value, cst.Name)
+                and func.value.value in ("self", "cls")
+            )
+            else None
+        )
         if callee:
             self.calls_by_name.setdefault(callee, []).append(node)
         if self.cuda_only_file:
@@ -540,8 +562,15 @@ class HardcodedCudaDevice(Rule):
         if isinstance(func, cst.Attribute) and func.attr.value == "cuda":
             self._cuda_call(node, func)
             return
-        if qname == "torch.device" and node.args and node.args[0].keyword is None and is_cuda_literal(node.args[0].value):
-            self._literal(node.args[0].value, f"`torch.device({node.args[0].value.value})` hardcodes a CUDA device", fixable=True)
+        if (
+            qname == "torch.device"
+            and node.args
+            and node.args[0].keyword is None
+            and is_cuda_literal(node.args[0].value)
+        ):
+            self._literal(
+                node.args[0].value, f"`torch.device({node.args[0].value.value})` hardcodes a CUDA device", fixable=True
+            )
             return
         if isinstance(func, cst.Attribute) and func.attr.value == "to" and node.args:
             first = node.args[0]
@@ -550,7 +579,9 @@ class HardcodedCudaDevice(Rule):
                 return
         for arg in node.args:
             if arg.keyword is not None and arg.keyword.value in _DEVICE_KEYWORDS and is_cuda_literal(arg.value):
-                self._literal(arg.value, f"`{arg.keyword.value}={arg.value.value}` hardcodes a CUDA device", fixable=True)
+                self._literal(
+                    arg.value, f"`{arg.keyword.value}={arg.value.value}` hardcodes a CUDA device", fixable=True
+                )
 
     def _note_cpu_claim_in_call(self, node: cst.Call, qname: str) -> None:
         if self.runs_without_cuda is not None:
@@ -569,7 +600,13 @@ class HardcodedCudaDevice(Rule):
         return False
 
     def _note_cpu_claim(self, name: Optional[str], value: Optional[cst.BaseExpression]) -> None:
-        if self.runs_without_cuda is None and name and _DEVICE_NAME.match(name) and value is not None and _is_other_device(value):
+        if (
+            self.runs_without_cuda is None
+            and name
+            and _DEVICE_NAME.match(name)
+            and value is not None
+            and _is_other_device(value)
+        ):
             self.runs_without_cuda = (value, f"the module sets `{name}` to `{value.value}`")  # type: ignore[attr-defined]
 
     def visit_Param(self, node: cst.Param) -> None:
@@ -584,7 +621,8 @@ class HardcodedCudaDevice(Rule):
                 self.default_params.setdefault(function, {})[node.name.value] = [False, False]
             self._literal(
                 node.default,
-                f"the default `{node.name.value}={node.default.value}` hardcodes a CUDA device; default to None and pick an available device",
+                f"the default `{node.name.value}={node.default.value}` hardcodes a CUDA device; "
+                "default to None and pick an available device",
                 fixable=False,
             )
 
@@ -605,7 +643,10 @@ class HardcodedCudaDevice(Rule):
         operands = [node.left] + [c.comparator for c in node.comparisons]
         # Compared with a literal, or with some tensor's `.device.type`: the
         # parameter is one device (type) among several, not a hardcoded one.
-        if any(isinstance(o, cst.SimpleString) or (isinstance(o, cst.Attribute) and o.attr.value == "type") for o in operands):
+        if any(
+            isinstance(o, cst.SimpleString) or (isinstance(o, cst.Attribute) and o.attr.value == "type")
+            for o in operands
+        ):
             for operand in operands:
                 if isinstance(operand, cst.Name) and operand.value in params:
                     params[operand.value][1] = True
@@ -614,12 +655,20 @@ class HardcodedCudaDevice(Rule):
         if len(node.targets) == 1:
             target = node.targets[0].target
             self._note_cpu_claim(last_name(target), node.value)
-            if isinstance(target, cst.Name) and self.ctx.function is None and self._holds_device(target.value, node.value):
+            if (
+                isinstance(target, cst.Name)
+                and self.ctx.function is None
+                and self._holds_device(target.value, node.value)
+            ):
                 self.module_devices.append(target.value)
             if not self.cuda_only_file and is_cuda_literal(node.value):
                 name = last_name(target)
                 if name and _DEVICE_NAME.match(name):
-                    self._literal(node.value, f"`{dotted_name(target) or name} = {node.value.value}` hardcodes a CUDA device", fixable=False)
+                    self._literal(
+                        node.value,
+                        f"`{dotted_name(target) or name} = {node.value.value}` hardcodes a CUDA device",
+                        fixable=False,
+                    )
 
     def leave_Assign(self, node: cst.Assign) -> None:
         if isinstance(node.value, cst.Call) and self.ctx.qualified_name(node.value.func) == "torch.device":
@@ -637,16 +686,16 @@ class HardcodedCudaDevice(Rule):
         if receiver_qname is not None and (receiver_qname == "torch" or receiver_qname.startswith("torch.")):
             return  # torch.Tensor.cuda(x), torch.nn.Module.cuda(self): API plumbing
         positional = [a for a in node.args if a.keyword is None and a.star == ""]
-        keywords = [a for a in node.args if a.keyword is not None]
+        keywords = [(a.keyword.value, a) for a in node.args if a.keyword is not None]
         if any(a.star for a in node.args):
             return
         if positional and not isinstance(positional[0].value, cst.Integer):
             return  # .cuda(local_rank): a device the author chose
-        if any(a.keyword.value == "device" and not isinstance(a.value, cst.Integer) for a in keywords):
+        if any(name == "device" and not isinstance(a.value, cst.Integer) for name, a in keywords):
             return
         device = self._device_in_scope()
-        literal_index = bool(positional) or any(a.keyword.value == "device" for a in keywords)
-        extra = [a for a in keywords if a.keyword.value != "device"]
+        literal_index = bool(positional) or any(name == "device" for name, _ in keywords)
+        extra = [a for name, a in keywords if name != "device"]
         target = device or "device"
         args = ", ".join([target] + [self.ctx.code_for(a.with_changes(comma=cst.MaybeSentinel.DEFAULT)) for a in extra])
         replacement = func.with_changes(attr=cst.Name("to"))
@@ -657,7 +706,10 @@ class HardcodedCudaDevice(Rule):
             f"Replace `.cuda()` with `.to({target})`" + ("" if device else " and pass the device in"),
             self.ctx.replace(node, new_text),
         )
-        message = "`.cuda()` hardcodes the CUDA device, so this code fails on machines without one; move it with `.to(device)`"
+        message = (
+            "`.cuda()` hardcodes the CUDA device, so this code fails on machines without one; "
+            "move it with `.to(device)`"
+        )
         self._add(node, message, fix)
 
     def _literal(self, node: cst.SimpleString, message: str, fixable: bool) -> None:
@@ -665,9 +717,15 @@ class HardcodedCudaDevice(Rule):
         if fixable:
             device = self._device_in_scope()
             if device is not None and not self._defines(device):
-                fix = self.ctx.fix(self._device_safety(device), f"Use the device variable `{device}`", self.ctx.replace(node, device))
+                fix = self.ctx.fix(
+                    self._device_safety(device), f"Use the device variable `{device}`", self.ctx.replace(node, device)
+                )
             else:
-                fix = self.ctx.fix(DISPLAY_ONLY, "Pass a device variable instead of the literal", self.ctx.replace(node, device or "device"))
+                fix = self.ctx.fix(
+                    DISPLAY_ONLY,
+                    "Pass a device variable instead of the literal",
+                    self.ctx.replace(node, device or "device"),
+                )
         if not message.startswith("the default"):
             message += ", so this code fails on machines without one; use a device chosen once and passed in"
         self._add(node, message, fix)
@@ -688,12 +746,20 @@ class HardcodedCudaDevice(Rule):
         if function is not None:
             params = function.node.params
             for param in (*params.posonly_params, *params.params, *params.kwonly_params):
-                if _DEVICE_NAME.match(param.name.value) and not (param.default is not None and (is_cuda_literal(param.default) or _not_a_gpu(self.ctx, param.default))):
+                if _DEVICE_NAME.match(param.name.value) and not (
+                    param.default is not None
+                    and (is_cuda_literal(param.default) or _not_a_gpu(self.ctx, param.default))
+                ):
                     names.add(param.name.value)
         values = self.ctx.values
         for name in self._device_names_assigned(values):
             value = values.get(name)
-            if name in values and self._holds_device(name, value) and not is_cuda_literal(value) and not _not_a_gpu(self.ctx, value):
+            if (
+                name in values
+                and self._holds_device(name, value)
+                and not is_cuda_literal(value)
+                and not _not_a_gpu(self.ctx, value)
+            ):
                 names.add(name)
         if not names and function is not None:
             names = set(self.module_devices)
@@ -723,7 +789,9 @@ class HardcodedCudaDevice(Rule):
         value = self.ctx.values.get(device)
         if value is None and device in self.module_devices:
             if device not in self._module_values:
-                self._module_values[device] = next(iter(reversed(list(_module_assignments(self.ctx.module, device)))), None)
+                self._module_values[device] = next(
+                    iter(reversed(list(_module_assignments(self.ctx.module, device)))), None
+                )
             value = self._module_values[device]
         return SAFE if value is not None and _current_cuda_device(self.ctx, value) else UNSAFE
 
@@ -748,11 +816,17 @@ class HardcodedCudaDevice(Rule):
     # -- decide ------------------------------------------------------------------
     def finish(self) -> None:
         if any(self.ctx.names.imports_module(m) for m in _CUDA_ONLY_MODULES + self.ctx.project.cuda_only_imports):
-            return  # Triton kernels, bitsandbytes, the project's CUDA extensions or CUDA-only modules: CUDA-only by design
+            # Triton kernels, bitsandbytes, the project's CUDA extensions or CUDA-only modules: CUDA-only by design
+            return
         if requires_cuda(self.ctx.source):
             return  # torch.cuda.set_device(...) / an NCCL process group, unconditionally: CUDA-only by design
         for site, node, message, fix, chosen in self.candidates:
-            if site.under_cuda_guard() or self._device_chosen(site) or self._cuda_only_by_design(site) or self._passed_as_device_type(site):
+            if (
+                site.under_cuda_guard()
+                or self._device_chosen(site)
+                or self._cuda_only_by_design(site)
+                or self._passed_as_device_type(site)
+            ):
                 continue
             if isinstance(site.parent, cst.Param) and self._default_is_a_choice(site):
                 continue
@@ -777,8 +851,13 @@ class HardcodedCudaDevice(Rule):
         if in_param is not None:
             return self._call_relying_on_default(site, function, in_param)
         for param in every:
-            if _DEVICE_NAME.match(param.name.value) and not (param.default is not None and _hardcodes_cuda(param.default)):
-                return Evidence(f"`{function.name.value}` is handed a device as `{param.name.value}` and this line ignores it", node=param)
+            if _DEVICE_NAME.match(param.name.value) and not (
+                param.default is not None and _hardcodes_cuda(param.default)
+            ):
+                return Evidence(
+                    f"`{function.name.value}` is handed a device as `{param.name.value}` and this line ignores it",
+                    node=param,
+                )
         return None
 
     def _call_relying_on_default(self, site: Site, function: cst.FunctionDef, param: cst.Param) -> Optional[Evidence]:
@@ -855,7 +934,10 @@ class HardcodedCudaDevice(Rule):
                     return True
                 if isinstance(ancestor, cst.ClassDef) and (
                     _DEVICE_TYPE_CLASS.search(ancestor.name.value)
-                    or any(_mentions(base.value, _CUDA_ONLY_CODE) or _mentions(base.value, _DEVICE_TYPE_CLASS) for base in ancestor.bases)
+                    or any(
+                        _mentions(base.value, _CUDA_ONLY_CODE) or _mentions(base.value, _DEVICE_TYPE_CLASS)
+                        for base in ancestor.bases
+                    )
                 ):
                     return True
                 for decorator in ancestor.decorators:
@@ -885,7 +967,11 @@ def _current_cuda_device(ctx, value: cst.CSTNode) -> bool:
     if isinstance(value, cst.SimpleString):
         return value.evaluated_value == "cuda"  # "cuda:1" need not be the current device
     if isinstance(value, cst.IfExp):
-        return mentions_cuda_availability(ctx, value.test) and _current_cuda_device(ctx, value.body) and _not_a_gpu(ctx, value.orelse)
+        return (
+            mentions_cuda_availability(ctx, value.test)
+            and _current_cuda_device(ctx, value.body)
+            and _not_a_gpu(ctx, value.orelse)
+        )
     return False
 
 
@@ -893,7 +979,9 @@ def _module_assignments(module: cst.Module, name: str):
     for statement in module.body:
         if isinstance(statement, cst.SimpleStatementLine):
             for small in statement.body:
-                if isinstance(small, cst.Assign) and any(isinstance(t.target, cst.Name) and t.target.value == name for t in small.targets):
+                if isinstance(small, cst.Assign) and any(
+                    isinstance(t.target, cst.Name) and t.target.value == name for t in small.targets
+                ):
                     yield small.value
 
 

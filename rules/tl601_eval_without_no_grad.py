@@ -23,10 +23,14 @@ from torchlint.rule import DISPLAY_ONLY, UNSAFE, Edit, Evidence, Invalid, Rule, 
 EVAL, TRAIN, FORWARD, GRAD, NO_GRAD_ON, NO_GRAD_OFF = "eval", "train", "forward", "grad", "no_grad_on", "no_grad_off"
 
 _ENABLE_GRAD = frozenset({"torch.enable_grad", "torch.autograd.enable_grad", "torch.autograd.grad_mode.enable_grad"})
-_AUTOGRAD_CALLS = frozenset({"torch.autograd.grad", "torch.autograd.backward", "torch.autograd.functional.jacobian", "torch.func.grad"})
+_AUTOGRAD_CALLS = frozenset(
+    {"torch.autograd.grad", "torch.autograd.backward", "torch.autograd.functional.jacobian", "torch.func.grad"}
+)
 # Methods a framework already calls under no_grad (Lightning's evaluation
 # hooks), or that belong to a training step whose backward runs elsewhere.
-_FRAMEWORK_NO_GRAD = re.compile(r"^((validation|test|predict)_step|on_(validation|test|predict)_\w+|(validation|test)_epoch_end)$")
+_FRAMEWORK_NO_GRAD = re.compile(
+    r"^((validation|test|predict)_step|on_(validation|test|predict)_\w+|(validation|test)_epoch_end)$"
+)
 _TRAINING_CODE = re.compile(r"^(forward|__call__|training_step|train_step|_?forward_\w+)$")
 # Calls that move or cast a module and return it: ``model.to(dev).eval()``.
 _CHAINABLE = frozenset({"to", "cuda", "cpu", "half", "float", "bfloat16", "double", "requires_grad_", "train"})
@@ -512,7 +516,9 @@ class EvalWithoutNoGrad(Rule):
     # -- walk ------------------------------------------------------------------
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
-        if isinstance(func, cst.Name) or (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value in ("self", "cls")):
+        if isinstance(func, cst.Name) or (
+            isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value in ("self", "cls")
+        ):
             callee = last_name(func)
             if callee is not None:
                 self.call_sites.setdefault(callee, []).append(self.ctx.site())
@@ -545,12 +551,19 @@ class EvalWithoutNoGrad(Rule):
         scope = self._scope()
         if scope.eval_names:
             target = dotted_name(func)
-            if target is not None and (target in scope.eval_names or (target.endswith(".forward") and target[: -len(".forward")] in scope.eval_names)):
+            if target is not None and (
+                target in scope.eval_names
+                or (target.endswith(".forward") and target[: -len(".forward")] in scope.eval_names)
+            ):
                 self._add(scope, FORWARD, node, (target,))
 
     def visit_Assign(self, node: cst.Assign) -> None:
         for target in node.targets:
-            if isinstance(target.target, cst.Attribute) and target.target.attr.value == "requires_grad" and _is_true(node.value):
+            if (
+                isinstance(target.target, cst.Attribute)
+                and target.target.attr.value == "requires_grad"
+                and _is_true(node.value)
+            ):
                 scope = self._scope()
                 scope.needs_grad = True
                 self._add(scope, GRAD, node)
@@ -576,11 +589,13 @@ class EvalWithoutNoGrad(Rule):
 
     # -- decide ------------------------------------------------------------------
     def finish(self) -> None:
-        for key, scope in self.scopes.items():
+        for scope in self.scopes.values():
             if not scope.eval_names:
                 continue
             function = scope.function
-            if function is not None and (_FRAMEWORK_NO_GRAD.match(function.name) or _TRAINING_CODE.match(function.name)):
+            if function is not None and (
+                _FRAMEWORK_NO_GRAD.match(function.name) or _TRAINING_CODE.match(function.name)
+            ):
                 continue
             events = scope.events
             for index, event in enumerate(events):
@@ -589,7 +604,9 @@ class EvalWithoutNoGrad(Rule):
 
     def _judge(self, scope: _Scope, eval_event: _Event, after: List[_Event], before: List[_Event]) -> None:
         receivers = set(eval_event.names)
-        no_grad = any(e.kind == NO_GRAD_ON for e in before) and not any(e.kind == NO_GRAD_OFF for e in before if e is not None)
+        no_grad = any(e.kind == NO_GRAD_ON for e in before) and not any(
+            e.kind == NO_GRAD_OFF for e in before if e is not None
+        )
         first_unguarded: Optional[_Event] = None
         for event in after:
             if exclusive_branches(event.stack, eval_event.stack):
@@ -622,7 +639,8 @@ class EvalWithoutNoGrad(Rule):
             eval_text = ".eval()"
         message = (
             f"`{eval_text}` is followed by the forward pass `{call_text}` with autograd still on, so it keeps every "
-            "activation for a backward pass that never comes; run evaluation under `torch.no_grad()` or `torch.inference_mode()`"
+            "activation for a backward pass that never comes; "
+            "run evaluation under `torch.no_grad()` or `torch.inference_mode()`"
         )
         evidence = [Evidence(per_batch[0], node=per_batch[1])]
         self.report(eval_event.node, message, self._fix(scope), evidence=evidence)
@@ -668,7 +686,11 @@ class EvalWithoutNoGrad(Rule):
         if any(_spells_no_grad(d.decorator) for d in node.decorators):
             return None  # already decorated (by a name the import table cannot resolve): never stack a second one
         if scope.needs_grad or function.trains or node.asynchronous is not None:
-            return self.ctx.fix(DISPLAY_ONLY, "Run the evaluation under `torch.no_grad()`", self.ctx.insert_line_before(node, "@torch.no_grad()"))
+            return self.ctx.fix(
+                DISPLAY_ONLY,
+                "Run the evaluation under `torch.no_grad()`",
+                self.ctx.insert_line_before(node, "@torch.no_grad()"),
+            )
         decorator, import_edit = self._no_grad_spelling()
         if decorator is None:
             return self.ctx.fix(
@@ -718,9 +740,17 @@ def _import_anchor(module: cst.Module) -> Optional[cst.CSTNode]:
     for index, statement in enumerate(body):
         if isinstance(statement, cst.SimpleStatementLine):
             small = statement.body[0] if statement.body else None
-            if isinstance(small, cst.ImportFrom) and isinstance(small.module, cst.Name) and small.module.value == "__future__":
+            if (
+                isinstance(small, cst.ImportFrom)
+                and isinstance(small.module, cst.Name)
+                and small.module.value == "__future__"
+            ):
                 continue
-            if index == 0 and isinstance(small, cst.Expr) and isinstance(small.value, (cst.SimpleString, cst.ConcatenatedString)):
+            if (
+                index == 0
+                and isinstance(small, cst.Expr)
+                and isinstance(small.value, (cst.SimpleString, cst.ConcatenatedString))
+            ):
                 continue
             if isinstance(small, (cst.Import, cst.ImportFrom)):
                 return statement
@@ -762,8 +792,8 @@ def _evaluation_loop(forward: _Event) -> Optional[Tuple[str, cst.CSTNode]]:
         if isinstance(comprehension, cst.CompFor) and site.ctx.facts.is_data_source(comprehension.iter):
             source = dotted_name(comprehension.iter) or "the data"
             return f"the forward pass runs once per batch of `{source}`", ancestor
-    loop, helper = site.per_step()
-    if loop is None:
+    step_loop, helper = site.per_step()
+    if step_loop is None:
         return None
     where = "the forward pass" if helper is None else f"`{helper.name}()`"
-    return f"{where} runs once per batch: {loop.line_hint}", per_batch_anchor(loop, helper)
+    return f"{where} runs once per batch: {step_loop.line_hint}", per_batch_anchor(step_loop, helper)

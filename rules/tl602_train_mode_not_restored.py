@@ -9,7 +9,9 @@ from torchlint.model import FunctionInfo, LoopInfo, Site, dotted_name, loop_trai
 from torchlint.rule import Invalid, Rule, Valid
 
 # Models that are evaluated but never trained: staying in eval mode is right.
-_NOT_TRAINED = re.compile(r"(?i)(ema|teacher|target|frozen|shadow|swa|averaged|reference|ref_model|^ref$|critic_target)")
+_NOT_TRAINED = re.compile(
+    r"(?i)(ema|teacher|target|frozen|shadow|swa|averaged|reference|ref_model|^ref$|critic_target)"
+)
 
 
 class TrainModeNotRestored(Rule):
@@ -385,9 +387,9 @@ class TrainModeNotRestored(Rule):
         if not self.evals:
             return
         children: Dict[int, List[LoopInfo]] = {}
-        for loop in facts.loops.values():
-            if loop.parent is not None:
-                children.setdefault(id(loop.parent), []).append(loop)
+        for child in facts.loops.values():
+            if child.parent is not None:
+                children.setdefault(id(child.parent), []).append(child)
         self._children = children
         self._restore_cache: Dict[int, bool] = {}
         reported: Set[int] = set()
@@ -400,7 +402,7 @@ class TrainModeNotRestored(Rule):
             model = self._model_at_call(function, receiver, call, callee)
             if model is None:
                 continue
-            loop = next((l for l in site.loops() if self._loop_trains(l)), None)
+            loop = next((enclosing for enclosing in site.loops() if self._loop_trains(enclosing)), None)
             if loop is None or id(call) in reported:
                 continue
             if _NOT_TRAINED.search(model.rsplit(".", 1)[-1]):
@@ -444,10 +446,14 @@ class TrainModeNotRestored(Rule):
         if info.name in seen:
             return False
         seen.add(info.name)
-        if any(id(l) in self.restores for l in self.ctx.facts.loops.values() if l.function is info):
+        if any(
+            id(own_loop) in self.restores for own_loop in self.ctx.facts.loops.values() if own_loop.function is info
+        ):
             return True
         return any(
-            self._function_restores(callee, seen) for name in info.calls for callee in self.ctx.facts.functions.get(name, ())
+            self._function_restores(callee, seen)
+            for name in info.calls
+            for callee in self.ctx.facts.functions.get(name, ())
         )
 
     def _model_at_call(self, function: FunctionInfo, receiver: str, call: cst.Call, callee: str) -> Optional[str]:
@@ -479,7 +485,7 @@ class TrainModeNotRestored(Rule):
         name = dotted_name(argument) if argument is not None else None
         if name is None:
             return None
-        rest = receiver[len(head):]
+        rest = receiver[len(head) :]
         return name + rest
 
     def _descendants(self, loop: LoopInfo) -> List[LoopInfo]:
@@ -491,7 +497,7 @@ class TrainModeNotRestored(Rule):
         return result
 
     def _loop_trains(self, loop: LoopInfo) -> bool:
-        return any(loop_trains(self.ctx, l) for l in self._descendants(loop))
+        return any(loop_trains(self.ctx, inner) for inner in self._descendants(loop))
 
     def _loop_restores(self, loop: LoopInfo) -> bool:
         for current in self._descendants(loop):
@@ -518,9 +524,9 @@ class TrainModeNotRestored(Rule):
                 continue
             seen.add(id(info))
             uses.extend(self.mentions.get(id(info), ()))
-            for l in self.ctx.facts.loops.values():
-                if l.function is info:
-                    uses.extend(self.mentions.get(id(l), ()))
+            for own_loop in self.ctx.facts.loops.values():
+                if own_loop.function is info:
+                    uses.extend(self.mentions.get(id(own_loop), ()))
             for name in info.calls:
                 functions.extend(self.ctx.facts.functions.get(name, ()))
         return any(call != exclude_call and _related(model, name, called) for name, called, call in uses)

@@ -13,9 +13,25 @@ from torchlint.rule import DISPLAY_ONLY, UNSAFE, Invalid, Rule, Valid
 # and compile wrappers, EMA shadows).
 _WRAPPED_ATTRS = frozenset(
     {
-        "module", "_module", "model", "_model", "wrapped", "_wrapped", "wrapped_module", "_wrapped_module",
-        "_fsdp_wrapped_module", "_checkpoint_wrapped_module", "_orig_mod", "orig_module", "_orig_module",
-        "inner", "_inner", "base_model", "base_layer", "original_module", "original_model",
+        "module",
+        "_module",
+        "model",
+        "_model",
+        "wrapped",
+        "_wrapped",
+        "wrapped_module",
+        "_wrapped_module",
+        "_fsdp_wrapped_module",
+        "_checkpoint_wrapped_module",
+        "_orig_mod",
+        "orig_module",
+        "_orig_module",
+        "inner",
+        "_inner",
+        "base_model",
+        "base_layer",
+        "original_module",
+        "original_model",
     }
 )
 # Receivers whose ``forward`` is the calling convention: RPC remote modules
@@ -362,7 +378,11 @@ class ForwardCalledDirectly(Rule):
         func = node.func
         if isinstance(func, cst.Attribute) and "hook" in func.attr.value and func.attr.value.startswith("register"):
             for arg in node.args[:1]:
-                name = dotted_name(arg.value.args[0].value) if isinstance(arg.value, cst.Call) and arg.value.args else dotted_name(arg.value)
+                name = (
+                    dotted_name(arg.value.args[0].value)
+                    if isinstance(arg.value, cst.Call) and arg.value.args
+                    else dotted_name(arg.value)
+                )
                 if name is not None:
                     self.hooks.add(name.rsplit(".", 1)[-1])  # functools.partial(hook, ...) too
 
@@ -383,7 +403,11 @@ class ForwardCalledDirectly(Rule):
                 continue
             replacement = call.with_changes(func=call.func.value)  # type: ignore[attr-defined]
             applicability = DISPLAY_ONLY if self._in_hook(function) else UNSAFE
-            fix = self.ctx.fix(applicability, f"Call `{receiver}(...)` instead of `{receiver}.forward(...)`", self.ctx.replace(call, replacement))
+            fix = self.ctx.fix(
+                applicability,
+                f"Call `{receiver}(...)` instead of `{receiver}.forward(...)`",
+                self.ctx.replace(call, replacement),
+            )
             self.report(
                 call,
                 f"`{receiver}.forward(...)` bypasses the module's forward and backward hooks; call `{receiver}(...)`",

@@ -9,7 +9,13 @@ from torchlint.rule import Invalid, Rule, Valid
 
 DATA_PARALLEL_WRAPPERS = ("DistributedDataParallel", "FullyShardedDataParallel")
 # Any of these in the training function means gradient sync is already managed.
-_SYNC_CONTROL = ("no_sync", "require_backward_grad_sync", "set_requires_gradient_sync", "accumulate(", "skip_data_parallel_grad_sync")
+_SYNC_CONTROL = (
+    "no_sync",
+    "require_backward_grad_sync",
+    "set_requires_gradient_sync",
+    "accumulate(",
+    "skip_data_parallel_grad_sync",
+)
 
 
 def is_data_parallel_wrapper(ctx, call: cst.Call) -> bool:

@@ -9,7 +9,9 @@ from torchlint.model import LoaderInfo, dotted_name, is_dataloader_call, keyword
 from torchlint.rule import Invalid, Rule, Valid
 
 _WRAPPERS = ("DistributedDataParallel", "FullyShardedDataParallel")
-_NON_DISTRIBUTED_SAMPLERS = frozenset({"RandomSampler", "SequentialSampler", "WeightedRandomSampler", "SubsetRandomSampler"})
+_NON_DISTRIBUTED_SAMPLERS = frozenset(
+    {"RandomSampler", "SequentialSampler", "WeightedRandomSampler", "SubsetRandomSampler"}
+)
 _TRAIN_NAME = re.compile(r"(?i)train")
 _EVAL_NAME = re.compile(r"(?i)(val|test|eval|infer|predict|calib)")
 # Datasets that shard themselves (iterable/streaming datasets, explicit rank slicing).
@@ -389,7 +391,7 @@ class DistributedSamplerMissing(Rule):
         has_set_epoch = "set_epoch" in self.ctx.source
         has_epoch_loop = any(loop.parent is not None for loop in facts.loops.values())
         for call, verdict, sampler_call, self_sharding in self.loader_samplers:
-            info = next((l for l in facts.loaders if l.call is call), None)
+            info = next((candidate for candidate in facts.loaders if candidate.call is call), None)
             if info is None or not self._is_training_loader(info):
                 continue
             name = f"`{info.target}`" if info.target else "this DataLoader"

@@ -9,7 +9,9 @@ from torchlint.rule import UNSAFE, Invalid, Rule, Valid
 
 # The script already decides about cuDNN autotuning (either way), or asks for
 # determinism, which rules benchmark mode out.
-_DECIDED = re.compile(r"cudnn\W+benchmark|cudnn_benchmark|use_deterministic_algorithms|cudnn\W+deterministic|benchmark\s*=")
+_DECIDED = re.compile(
+    r"cudnn\W+benchmark|cudnn_benchmark|use_deterministic_algorithms|cudnn\W+deterministic|benchmark\s*="
+)
 
 
 class CudnnBenchmarkNotEnabled(Rule):

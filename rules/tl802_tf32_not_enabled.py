@@ -14,7 +14,9 @@ _LOW_PRECISION = re.compile(
 
 
 # The training precision is decided by a launcher or a config this module does not show.
-_PRECISION_ELSEWHERE = re.compile(r"\bAccelerator\(|set_default_dtype|get_dtype\(|\bprecision\s*=|\bdtype\s*=\s*(cfg|config|args)\b")
+_PRECISION_ELSEWHERE = re.compile(
+    r"\bAccelerator\(|set_default_dtype|get_dtype\(|\bprecision\s*=|\bdtype\s*=\s*(cfg|config|args)\b"
+)
 # Models whose time goes into float32 matmuls (transformers, attention, explicit matmuls).
 _MATMUL_MODELS = re.compile(
     r"Transformer|MultiheadAttention|scaled_dot_product_attention|from_pretrained|torch\.matmul|\.matmul\(|\.bmm\(|torch\.bmm|einsum\(|\bF\.linear\("
@@ -335,7 +337,9 @@ class Tf32NotEnabled(Rule):
                 if self.ctx.torch_below(1, 12)
                 else f'{alias}.set_float32_matmul_precision("high")'
             )
-            fix = self.ctx.fix(UNSAFE, "Enable TF32 matmuls before the training loop", self.ctx.insert_line_before(outer.node, line))
+            fix = self.ctx.fix(
+                UNSAFE, "Enable TF32 matmuls before the training loop", self.ctx.insert_line_before(outer.node, line)
+            )
         self.report(
             outer.node,
             "float32 CUDA training runs with full-precision float32 matmuls; on Ampere or newer GPUs "

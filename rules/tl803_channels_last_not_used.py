@@ -306,5 +306,6 @@ class ChannelsLastNotUsed(Rule):
         self.report(
             outer.node,
             f"a convolutional network trains under mixed precision in the default NCHW layout; convert the model "
-            f"and the input batches with `.to(memory_format=torch.{fmt})` to use tensor-core convolutions without transposes",
+            f"and the input batches with `.to(memory_format=torch.{fmt})` "
+            "to use tensor-core convolutions without transposes",
         )

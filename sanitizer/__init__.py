@@ -9,6 +9,7 @@ session starts.
         train()
     print(session.report())
 """
+
 from .findings import Finding, Frame
 from .session import SanitizerSession, allow_sync, sanitize
 

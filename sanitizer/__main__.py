@@ -1,4 +1,5 @@
 """``python -m torchlint.sanitizer [options] script.py [args...]``: the script runner."""
+
 import sys
 
 from .runner import main

@@ -4,6 +4,7 @@ A finding is plain data: it must survive JSON (the run report), pytest-xdist
 (``item.user_properties`` are pickled to the controller) and a terminal line.
 Nothing here imports torch.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -110,9 +111,7 @@ def parse_checks(text: str) -> frozenset:
         return frozenset(CHECKS)
     unknown = sorted(names - set(CHECKS))
     if unknown:
-        raise ValueError(
-            f"unknown check(s) {', '.join(unknown)}; valid checks: {', '.join(CHECKS)}"
-        )
+        raise ValueError(f"unknown check(s) {', '.join(unknown)}; valid checks: {', '.join(CHECKS)}")
     return frozenset(names)
 
 
@@ -125,9 +124,7 @@ def parse_kinds(text: str) -> frozenset:
         return frozenset(KINDS)
     unknown = sorted(names - set(KINDS))
     if unknown:
-        raise ValueError(
-            f"unknown finding kind(s) {', '.join(unknown)}; valid kinds: {', '.join(KINDS)}, all, none"
-        )
+        raise ValueError(f"unknown finding kind(s) {', '.join(unknown)}; valid kinds: {', '.join(KINDS)}, all, none")
     return frozenset(names)
 
 
@@ -138,8 +135,12 @@ def is_one_off(finding: Finding) -> bool:
     It stays in the JSON report as ``info`` with no rule code; summaries and
     ``fail_on`` leave it out (sync/verdicts.py's docstring defines the cadences).
     """
-    return (finding.kind == SYNC and isinstance(finding.details, dict) and finding.details.get("repeated") is False
-            and finding.details.get("cadence") != PERIODIC)
+    return (
+        finding.kind == SYNC
+        and isinstance(finding.details, dict)
+        and finding.details.get("repeated") is False
+        and finding.details.get("cadence") != PERIODIC
+    )
 
 
 def is_periodic(finding: Finding) -> bool:

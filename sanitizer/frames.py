@@ -55,6 +55,7 @@ test is on the stack *inside* the test frame: ``assert model(x).sum() == 3``
 inside the model's code path is the model's sync, while a ``.item()`` written
 in the test is the test's.
 """
+
 from __future__ import annotations
 
 import fnmatch
@@ -238,7 +239,7 @@ def _import_root(path: str) -> Tuple[Optional[str], Optional[str]]:
             best = folder
     if best is None:
         return None, None
-    top = path[len(best):].lstrip(os.sep).split(os.sep, 1)[0]
+    top = path[len(best) :].lstrip(os.sep).split(os.sep, 1)[0]
     return best, (top[:-3] if top.endswith(".py") else top)
 
 
@@ -424,9 +425,11 @@ def sync_site_top(skip: int = 0):
     return (None if top is None else (top.f_code.co_filename, top.f_lineno)), library, internal, callee
 
 
-_COMPILER_PARTS = (os.sep + os.path.join("torch", "_inductor") + os.sep,
-                   os.sep + os.path.join("torch", "_dynamo") + os.sep,
-                   os.sep + "triton" + os.sep)
+_COMPILER_PARTS = (
+    os.sep + os.path.join("torch", "_inductor") + os.sep,
+    os.sep + os.path.join("torch", "_dynamo") + os.sep,
+    os.sep + "triton" + os.sep,
+)
 _compiler_cache: Dict[str, bool] = {}
 
 

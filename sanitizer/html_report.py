@@ -20,6 +20,7 @@ memory, syncs; periodic and one-off syncs last) linked to the static rule's
 text (``torchlint rule CODE``). A report of a run that checked nothing (no
 CUDA device) says so, and never "no findings".
 """
+
 from __future__ import annotations
 
 import argparse
@@ -79,6 +80,7 @@ def _rank_of(report: Dict[str, Any], index: int) -> str:
 
 # -- the pieces -------------------------------------------------------------------
 
+
 def _facts(reports: Sequence[Dict[str, Any]], ranks: Sequence[str]) -> str:
     rows = []
     for report, rank in zip(reports, ranks):
@@ -90,27 +92,39 @@ def _facts(reports: Sequence[Dict[str, Any]], ranks: Sequence[str]) -> str:
         spent = sum(overhead.values())
         share = f" ({spent / duration:.2%} of the run)" if duration else ""
         if steps.get("completed"):
-            step_text = (f"{steps['completed']} ({steps['warmup']} warm-up, {steps['measured']} measured; "
-                         f"from {steps['source']})")
+            step_text = (
+                f"{steps['completed']} ({steps['warmup']} warm-up, {steps['measured']} measured; "
+                f"from {steps['source']})"
+            )
         elif "tests" in report:
             step_text = f"{len(report['tests'])} tests"
         else:
             step_text = "no optimizer steps: the whole run is one step"
         pairs = [
-            ("GPU", f"{device.get('name', 'none')} (capability {device.get('capability', '?')}, "
-                    f"{_mib(device.get('total_memory_bytes'))})" if device else "no CUDA device"),
+            (
+                "GPU",
+                f"{device.get('name', 'none')} (capability {device.get('capability', '?')}, "
+                f"{_mib(device.get('total_memory_bytes'))})"
+                if device
+                else "no CUDA device",
+            ),
             ("torch", report.get("torch") or "not imported"),
             ("allocator settings", timeline.get("alloc_conf") or "default (PYTORCH_ALLOC_CONF unset)"),
             ("checks", ", ".join(report.get("checks", [])) or "none"),
             ("steps", step_text),
             ("run time", f"{duration:.3f} s" if duration is not None else "n/a"),
-            ("sanitizer's own time", f"{spent * 1e3:.1f} ms{share}: "
-                                     + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in sorted(overhead.items()))),
+            (
+                "sanitizer's own time",
+                f"{spent * 1e3:.1f} ms{share}: "
+                + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in sorted(overhead.items())),
+            ),
         ]
         body = "".join(f"<tr><td>{_e(k)}</td><td>{_e(v)}</td></tr>" for k, v in pairs)
-        rows.append(f'<table class="facts" data-rank="{_e(rank)}"><tr><th colspan="2">rank {_e(rank)}</th></tr>'
-                    f'{body}</table>'
-                    if len(reports) > 1 else f'<table class="facts">{body}</table>')
+        rows.append(
+            f'<table class="facts" data-rank="{_e(rank)}"><tr><th colspan="2">rank {_e(rank)}</th></tr>{body}</table>'
+            if len(reports) > 1
+            else f'<table class="facts">{body}</table>'
+        )
     return "\n".join(rows)
 
 
@@ -149,10 +163,12 @@ class _Scale:
         out = []
         for a, b in self.gaps:
             x0, x1 = self.x(a), self.x(b)
-            out.append(f'<g class="axis-break"><rect x="{x0 + 4}" y="{top}" width="{max(x1 - x0 - 8, 1)}" '
-                       f'height="{bottom - top}" fill="#fff" stroke="#bbc" stroke-dasharray="3 3"/>'
-                       f'<text class="axis" x="{(x0 + x1) / 2}" y="{top + 12}" text-anchor="middle">⋯</text>'
-                       f'<title>{b - a:.2f} s without events (cut short)</title></g>')
+            out.append(
+                f'<g class="axis-break"><rect x="{x0 + 4}" y="{top}" width="{max(x1 - x0 - 8, 1)}" '
+                f'height="{bottom - top}" fill="#fff" stroke="#bbc" stroke-dasharray="3 3"/>'
+                f'<text class="axis" x="{(x0 + x1) / 2}" y="{top + 12}" text-anchor="middle">⋯</text>'
+                f"<title>{b - a:.2f} s without events (cut short)</title></g>"
+            )
         return "".join(out)
 
     def ticks(self, y: int) -> str:
@@ -189,44 +205,58 @@ def _timeline_svg(reports: Sequence[Dict[str, Any]], ranks: Sequence[str]) -> st
     scale = _shared_scale(reports)
     lane_height = 86
     height = lane_height * len(reports) + 30
-    parts = [f'<svg id="timeline" width="{WIDTH}" height="{height}" role="img" aria-label="timeline of the run">',
-             scale.breaks(2, height - 20)]
+    parts = [
+        f'<svg id="timeline" width="{WIDTH}" height="{height}" role="img" aria-label="timeline of the run">',
+        scale.breaks(2, height - 20),
+    ]
     for lane, (report, rank) in enumerate(zip(reports, ranks)):
         timeline = report.get("timeline") or {}
         top = lane * lane_height + 6
-        parts.append(f'<g data-rank="{_e(rank)}"><text class="axis" x="4" y="{top + 14}">steps</text>'
-                     f'<text class="axis" x="4" y="{top + 44}">syncs</text>'
-                     f'<text class="axis" x="4" y="{top + 72}">events</text>')
+        parts.append(
+            f'<g data-rank="{_e(rank)}"><text class="axis" x="4" y="{top + 14}">steps</text>'
+            f'<text class="axis" x="4" y="{top + 44}">syncs</text>'
+            f'<text class="axis" x="4" y="{top + 72}">events</text>'
+        )
         if len(reports) > 1:
             parts.append(f'<text class="axis" x="4" y="{top + 84}">rank {_e(rank)}</text>')
         previous = 0.0
         for index, end in enumerate(timeline.get("steps", [])):
             x0, x1 = scale.x(previous), scale.x(end)
-            parts.append(f'<rect class="step{" odd" if index % 2 else ""}" x="{x0}" y="{top + 2}" '
-                         f'width="{max(x1 - x0, 0.5)}" height="18">'
-                         f'<title>step {index}: {(end - previous) * 1e3:.2f} ms</title></rect>')
+            parts.append(
+                f'<rect class="step{" odd" if index % 2 else ""}" x="{x0}" y="{top + 2}" '
+                f'width="{max(x1 - x0, 0.5)}" height="18">'
+                f"<title>step {index}: {(end - previous) * 1e3:.2f} ms</title></rect>"
+            )
             previous = end
         for start, wait, kind, file, line, rule, step in timeline.get("syncs", []):
             wait_ms = (wait or 0.0) * 1e3
             radius = round(2 + 3 * math.sqrt(wait_ms), 2)
             waited = f"{wait_ms:.3f} ms host wait" if wait is not None else "host wait not timed"
-            parts.append(f'<circle class="sync-mark" cx="{scale.x(start)}" cy="{top + 40}" r="{min(radius, 14)}" '
-                         f'data-wait-ms="{wait_ms:.4f}"><title>sync {_e(kind)} at {_e(_where(file, line))}: {waited}'
-                         f'{" [" + _e(rule) + "]" if rule else ""}, step {step}</title></circle>')
+            parts.append(
+                f'<circle class="sync-mark" cx="{scale.x(start)}" cy="{top + 40}" r="{min(radius, 14)}" '
+                f'data-wait-ms="{wait_ms:.4f}"><title>sync {_e(kind)} at {_e(_where(file, line))}: {waited}'
+                f"{' [' + _e(rule) + ']' if rule else ''}, step {step}</title></circle>"
+            )
         for t, file, line, step in timeline.get("races", []):
             x = scale.x(t)
-            parts.append(f'<path class="race-mark" d="M{x} {top + 62} l6 12 h-12 z"><title>race seen at '
-                         f'{_e(_where(file, line))}, step {step}</title></path>')
+            parts.append(
+                f'<path class="race-mark" d="M{x} {top + 62} l6 12 h-12 z"><title>race seen at '
+                f"{_e(_where(file, line))}, step {step}</title></path>"
+            )
         for t, nbytes, file, line, step in timeline.get("ooms", []):
             x = scale.x(t)
-            parts.append(f'<rect class="oom-mark" x="{x - 5}" y="{top + 62}" width="10" height="12"><title>OOM: '
-                         f'{_mib(nbytes)} requested at {_e(_where(file, line))}, step {step}</title></rect>')
+            parts.append(
+                f'<rect class="oom-mark" x="{x - 5}" y="{top + 62}" width="10" height="12"><title>OOM: '
+                f"{_mib(nbytes)} requested at {_e(_where(file, line))}, step {step}</title></rect>"
+            )
         parts.append("</g>")
     parts.append(scale.ticks(height - 6) + "</svg>")
-    legend = ('<p class="legend">Shaded bands are steps; <span style="color:#e07b00">●</span> a sync, its area '
-              'the time the host waited; <span style="color:#c81e1e">▲</span> a race; '
-              '<span style="color:#7a00c8">■</span> an OOM. Hover a mark for its line; a dashed box is a stretch '
-              'without events, cut short.</p>')
+    legend = (
+        '<p class="legend">Shaded bands are steps; <span style="color:#e07b00">●</span> a sync, its area '
+        'the time the host waited; <span style="color:#c81e1e">▲</span> a race; '
+        '<span style="color:#7a00c8">■</span> an OOM. Hover a mark for its line; a dashed box is a stretch '
+        "without events, cut short.</p>"
+    )
     return "".join(parts) + legend
 
 
@@ -244,9 +274,10 @@ def _memory_svg(reports: Sequence[Dict[str, Any]], ranks: Sequence[str]) -> str:
     def y(nbytes: float) -> float:
         return round(bottom - (bottom - top) * nbytes / peak, 2)
 
-    parts = [f'<svg id="memory-chart" width="{WIDTH}" height="{height}" role="img" '
-             'aria-label="GPU memory over the run">',
-             scale.breaks(top - 8, bottom + 14)]
+    parts = [
+        f'<svg id="memory-chart" width="{WIDTH}" height="{height}" role="img" aria-label="GPU memory over the run">',
+        scale.breaks(top - 8, bottom + 14),
+    ]
     for i in range(5):
         value = peak * i / 4
         parts.append(f'<text class="axis" x="4" y="{y(value) + 4}">{value / MiB:,.0f} MiB</text>')
@@ -260,34 +291,44 @@ def _memory_svg(reports: Sequence[Dict[str, Any]], ranks: Sequence[str]) -> str:
             if points:
                 parts.append(f'<polyline class="{name}" points="{points}"><title>{name} bytes</title></polyline>')
         for row in rows:
-            parts.append(f'<circle cx="{scale.x(row[0])}" cy="{y(row[2])}" r="3" fill-opacity="0">'
-                         f'<title>{row[0]:.3f} s, step {row[4]}: allocated {_mib(row[1])}, reserved {_mib(row[2])}, '
-                         f'{row[3]} segments</title></circle>')
+            parts.append(
+                f'<circle cx="{scale.x(row[0])}" cy="{y(row[2])}" r="3" fill-opacity="0">'
+                f"<title>{row[0]:.3f} s, step {row[4]}: allocated {_mib(row[1])}, reserved {_mib(row[2])}, "
+                f"{row[3]} segments</title></circle>"
+            )
         for t, added, nbytes, file, line, step in timeline.get("segments", []):
-            parts.append(f'<rect class="segment-mark" x="{scale.x(t) - 3}" y="{bottom + 4}" width="6" height="8">'
-                         f'<title>{added} new segment(s), reserved +{_mib(nbytes)}, seen at {_e(_where(file, line))} '
-                         f'(step {step})</title></rect>')
+            parts.append(
+                f'<rect class="segment-mark" x="{scale.x(t) - 3}" y="{bottom + 4}" width="6" height="8">'
+                f"<title>{added} new segment(s), reserved +{_mib(nbytes)}, seen at {_e(_where(file, line))} "
+                f"(step {step})</title></rect>"
+            )
         # The fragmented peak: of the snapshots judged fragmented, the one with the most free-but-unusable bytes.
         fragmented = [row for row in timeline.get("snapshots", []) if row[2]]
         for t, reason, category, free_bytes, _step in sorted(fragmented, key=lambda row: row[3] or 0)[-1:]:
             if category:
                 reserved = _reserved_at(rows, t)
-                parts.append(f'<circle class="frag-peak-mark" cx="{scale.x(t)}" cy="{y(reserved)}" r="8"><title>'
-                             f'{_e(category)} fragmentation ({_e(reason)}): {_mib(free_bytes)} free but unusable, '
-                             f'reserved {_mib(reserved)}</title></circle>')
+                parts.append(
+                    f'<circle class="frag-peak-mark" cx="{scale.x(t)}" cy="{y(reserved)}" r="8"><title>'
+                    f"{_e(category)} fragmentation ({_e(reason)}): {_mib(free_bytes)} free but unusable, "
+                    f"reserved {_mib(reserved)}</title></circle>"
+                )
         ooms = [f for f in report.get("findings", []) if f["kind"] == "oom"]
         for t, nbytes, file, line, _step in timeline.get("ooms", []):
             finding = next((f for f in ooms if f.get("line") == line), None)
             cause = f" ({finding['details'].get('cause')})" if finding else ""
             reserved = int(finding["details"].get("reserved_bytes") or 0) if finding else _reserved_at(rows, t)
-            parts.append(f'<rect class="oom-mark" x="{scale.x(t) - 5}" y="{y(reserved) - 5}" width="10" height="10">'
-                         f'<title>OOM{_e(cause)}: {_mib(nbytes)} requested, allocated at {_e(_where(file, line))}'
-                         f'</title></rect>')
+            parts.append(
+                f'<rect class="oom-mark" x="{scale.x(t) - 5}" y="{y(reserved) - 5}" width="10" height="10">'
+                f"<title>OOM{_e(cause)}: {_mib(nbytes)} requested, allocated at {_e(_where(file, line))}"
+                f"</title></rect>"
+            )
         parts.append("</g>")
     parts.append(scale.ticks(height - 4) + "</svg>")
-    legend = ('<p class="legend"><span style="color:#1e78c8">━</span> allocated, <span style="color:#7b8194">┅</span> '
-              'reserved; <span style="color:#1e78c8">▮</span> new segments; <span style="color:#c81e1e">○</span> '
-              'the fragmented peak; <span style="color:#7a00c8">■</span> an OOM. Hover for the line.</p>')
+    legend = (
+        '<p class="legend"><span style="color:#1e78c8">━</span> allocated, <span style="color:#7b8194">┅</span> '
+        'reserved; <span style="color:#1e78c8">▮</span> new segments; <span style="color:#c81e1e">○</span> '
+        'the fragmented peak; <span style="color:#7a00c8">■</span> an OOM. Hover for the line.</p>'
+    )
     return "".join(parts) + legend
 
 
@@ -340,26 +381,40 @@ def _tables(reports: Sequence[Dict[str, Any]], ranks: Sequence[str]) -> Tuple[st
             cadence = f"every {f['details'].get('period_steps')} steps"
         sync_rows.append(
             f'<tr class="site-row" data-rank="{_e(f["_rank"])}" data-host-wait-ms="{stall or 0}">'
-            f'<td><code>{_e(_where(f["file"], f["line"]))}</code> {_e(f["function"] or "")}</td>'
-            f'<td>{_e(f["details"].get("sync_kind"))}</td><td>{_e(cadence)}</td><td>{f["count"]}</td>'
-            f'<td>{_e(f["details"].get("per_step"))}</td>'
-            f'<td>{"not timed" if stall is None else f"{stall:.2f} ms"}</td>'
-            f'<td>{_rule_link(f.get("rule"))}</td><td>{_e(f["fix_hint"])}</td></tr>')
+            f"<td><code>{_e(_where(f['file'], f['line']))}</code> {_e(f['function'] or '')}</td>"
+            f"<td>{_e(f['details'].get('sync_kind'))}</td><td>{_e(cadence)}</td><td>{f['count']}</td>"
+            f"<td>{_e(f['details'].get('per_step'))}</td>"
+            f"<td>{'not timed' if stall is None else f'{stall:.2f} ms'}</td>"
+            f"<td>{_rule_link(f.get('rule'))}</td><td>{_e(f['fix_hint'])}</td></tr>"
+        )
     memory_rows = [
         f'<tr class="site-row" data-rank="{_e(f["_rank"])}"><td>{_e(f["kind"])}</td>'
-        f'<td><code>{_e(_where(f["file"], f["line"]))}</code></td><td>{_mib(ranking.cost_bytes(f))}</td>'
-        f'<td>{_e(f["message"])}</td><td>{_e(f["fix_hint"])}</td></tr>' for f in memory]
+        f"<td><code>{_e(_where(f['file'], f['line']))}</code></td><td>{_mib(ranking.cost_bytes(f))}</td>"
+        f"<td>{_e(f['message'])}</td><td>{_e(f['fix_hint'])}</td></tr>"
+        for f in memory
+    ]
     race_rows = [
         f'<tr class="site-row" data-rank="{_e(f["_rank"])}"><td>{_e(f["message"])}</td>'
-        f'<td>{_access(f["details"].get("first") or {})}</td><td>{_access(f["details"].get("second") or {})}</td>'
-        f'<td>{_e(f["fix_hint"])}</td></tr>' for f in races]
+        f"<td>{_access(f['details'].get('first') or {})}</td><td>{_access(f['details'].get('second') or {})}</td>"
+        f"<td>{_e(f['fix_hint'])}</td></tr>"
+        for f in races
+    ]
     out = [
         _table("Races", "race-table", ("race", "first access", "second access", "fix"), race_rows, "No races."),
-        _table("Memory, by what it cost", "memory-table",
-               ("finding", "where", "bytes", "what happened", "fix"), memory_rows, "No memory findings."),
-        _table("Sync stalls, by total host wait", "sync-table",
-               ("site", "kind", "how often", "count", "per step", "host wait", "rule", "fix"), sync_rows,
-               "No sync stalls."),
+        _table(
+            "Memory, by what it cost",
+            "memory-table",
+            ("finding", "where", "bytes", "what happened", "fix"),
+            memory_rows,
+            "No memory findings.",
+        ),
+        _table(
+            "Sync stalls, by total host wait",
+            "sync-table",
+            ("site", "kind", "how often", "count", "per step", "host wait", "rule", "fix"),
+            sync_rows,
+            "No sync stalls.",
+        ),
     ]
     return "\n".join(out), rules
 
@@ -369,17 +424,23 @@ FIX_FIRST = 5  # items in the page's opening list
 
 def _fix_first(reports: Sequence[Dict[str, Any]], ranks: Sequence[str]) -> str:
     """The page's opening: one line per top item (the place, the cost, the fix), races and OOMs first."""
-    items = [dict(f, _rank=rank) for report, rank in zip(reports, ranks) for f in report.get("findings", [])
-             if not ranking.is_note(f)]
+    items = [
+        dict(f, _rank=rank)
+        for report, rank in zip(reports, ranks)
+        for f in report.get("findings", [])
+        if not ranking.is_note(f)
+    ]
     if not items:
         return ""
     lines = []
     for f in ranking.ranked(items)[:FIX_FIRST]:
         what = f"sync {f['details'].get('sync_kind')}" if f["kind"] == "sync" else f["kind"]
         rank = f" [rank {_e(f['_rank'])}]" if len(reports) > 1 else ""
-        lines.append(f'<li data-rank="{_e(f["_rank"])}"><code>{_e(_where(f.get("file"), f.get("line")))}</code>{rank}: '
-                     f'<b>{_e(what)}</b>: {_e(ranking.cost_text(f))}. Fix: {_e(f.get("fix_hint") or "")} '
-                     f'{_rule_link(f.get("rule")) if f.get("rule") else ""}</li>')
+        lines.append(
+            f'<li data-rank="{_e(f["_rank"])}"><code>{_e(_where(f.get("file"), f.get("line")))}</code>{rank}: '
+            f"<b>{_e(what)}</b>: {_e(ranking.cost_text(f))}. Fix: {_e(f.get('fix_hint') or '')} "
+            f"{_rule_link(f.get('rule')) if f.get('rule') else ''}</li>"
+        )
     more = len(items) - len(lines)
     tail = f'<p class="none">{more} more below.</p>' if more > 0 else ""
     return f'<h2>Fix first</h2><ol id="fix-first">{"".join(lines)}</ol>{tail}'
@@ -391,17 +452,23 @@ def _phases(reports: Sequence[Dict[str, Any]]) -> str:
     for report in reports:
         for entry in (report.get("phases") or {}).get("phases", []):
             busy = entry.get("utilization_mean_percent")
-            rows.append(f'<tr><td>{_e(entry["phase"])}</td><td>{entry["seconds"]:.2f} s</td>'
-                        f'<td>{entry["share"]:.0%}</td><td>{"n/a" if busy is None else f"{busy:.0f}%"}</td></tr>')
+            rows.append(
+                f"<tr><td>{_e(entry['phase'])}</td><td>{entry['seconds']:.2f} s</td>"
+                f"<td>{entry['share']:.0%}</td><td>{'n/a' if busy is None else f'{busy:.0f}%'}</td></tr>"
+            )
     if not rows:
         return ""
-    return ('<h2>Where the time went</h2><table id="phases-table"><tr><th>phase</th><th>time</th><th>share</th>'
-            f'<th>GPU busy (NVML)</th></tr>{"".join(rows)}</table>')
+    return (
+        '<h2>Where the time went</h2><table id="phases-table"><tr><th>phase</th><th>time</th><th>share</th>'
+        f"<th>GPU busy (NVML)</th></tr>{''.join(rows)}</table>"
+    )
 
 
 def _access(access: Dict[str, Any]) -> str:
-    return (f'{_e(access.get("mode"))} by {_e(access.get("op"))} on {_e(access.get("stream"))}<br>'
-            f'{_stack(access.get("stack", []))}')
+    return (
+        f"{_e(access.get('mode'))} by {_e(access.get('op'))} on {_e(access.get('stream'))}<br>"
+        f"{_stack(access.get('stack', []))}"
+    )
 
 
 def _table(title: str, table_id: str, headers: Sequence[str], rows: List[str], empty: str) -> str:
@@ -419,13 +486,15 @@ def _rule_texts(codes: Sequence[str]) -> str:
     except ImportError:  # the sanitizer without the linter's dependencies
         return ""
     rules = all_rules()
-    out = ['<h2>The static rules (<code>torchlint rule CODE</code>)</h2>']
+    out = ["<h2>The static rules (<code>torchlint rule CODE</code>)</h2>"]
     for code in sorted(codes):
         rule = rules.get(code)
         if rule is None:
             continue
-        out.append(f'<details id="rule-{_e(code)}" class="rule-text"><summary><b>{_e(code)}</b> {_e(rule.name)}: '
-                   f'{_e(rule.summary)}</summary><pre>{_e(rule.doc())}</pre></details>')
+        out.append(
+            f'<details id="rule-{_e(code)}" class="rule-text"><summary><b>{_e(code)}</b> {_e(rule.name)}: '
+            f"{_e(rule.summary)}</summary><pre>{_e(rule.doc())}</pre></details>"
+        )
     return "\n".join(out)
 
 
@@ -446,24 +515,33 @@ def render(reports: Sequence[Dict[str, Any]]) -> str:
     rank_filter = ""
     if len(reports) > 1:
         options = "".join(f'<option value="{_e(rank)}">rank {_e(rank)}</option>' for rank in ranks)
-        rank_filter = (f'<p><label>Rank: <select id="rank-filter"><option value="all">all ranks</option>'
-                       f'{options}</select></label></p><script>{_SCRIPT}</script>')
+        rank_filter = (
+            f'<p><label>Rank: <select id="rank-filter"><option value="all">all ranks</option>'
+            f"{options}</select></label></p><script>{_SCRIPT}</script>"
+        )
     no_timeline = ""
     if inactive:
-        no_timeline = (f'<p class="none" id="inactive">The GPU sanitizer was inactive ({_e(inactive[0])}): the program '
-                       'ran without it, so nothing was measured and no finding is to be expected from this run.</p>')
+        no_timeline = (
+            f'<p class="none" id="inactive">The GPU sanitizer was inactive ({_e(inactive[0])}): the program '
+            "ran without it, so nothing was measured and no finding is to be expected from this run.</p>"
+        )
     elif any("tests" in r for r in reports):
-        no_timeline = ('<p class="none">A pytest run sanitizes each test on its own: the per-site tables cover the '
-                       'whole run; the charts need a script run (torchlint-sanitize) or session.write_html().</p>')
+        no_timeline = (
+            '<p class="none">A pytest run sanitizes each test on its own: the per-site tables cover the '
+            "whole run; the charts need a script run (torchlint-sanitize) or session.write_html().</p>"
+        )
     elif not all(r.get("timeline") for r in reports):
-        no_timeline = ('<p class="none">This report has no timeline (an older torchlint wrote it): '
-                       'the charts are empty.</p>')
-    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>torchlint sanitizer report</title>'
-            f'<style>{_STYLE}</style></head><body><h1>torchlint sanitizer report</h1>'
-            f'<p id="headline">{_e(headline)}</p>{rank_filter}{_fix_first(reports, ranks)}'
-            f'<h2>The run</h2>{_facts(reports, ranks)}{_phases(reports)}{no_timeline}'
-            f'<h2>Timeline</h2>{_timeline_svg(reports, ranks)}<h2>GPU memory</h2>{_memory_svg(reports, ranks)}'
-            f'{tables}{_rule_texts(rules)}</body></html>\n')
+        no_timeline = (
+            '<p class="none">This report has no timeline (an older torchlint wrote it): the charts are empty.</p>'
+        )
+    return (
+        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>torchlint sanitizer report</title>'
+        f"<style>{_STYLE}</style></head><body><h1>torchlint sanitizer report</h1>"
+        f'<p id="headline">{_e(headline)}</p>{rank_filter}{_fix_first(reports, ranks)}'
+        f"<h2>The run</h2>{_facts(reports, ranks)}{_phases(reports)}{no_timeline}"
+        f"<h2>Timeline</h2>{_timeline_svg(reports, ranks)}<h2>GPU memory</h2>{_memory_svg(reports, ranks)}"
+        f"{tables}{_rule_texts(rules)}</body></html>\n"
+    )
 
 
 def write_html(path: str, reports: Sequence[Dict[str, Any]]) -> None:
@@ -474,8 +552,10 @@ def write_html(path: str, reports: Sequence[Dict[str, Any]]) -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m torchlint.sanitizer.html_report",
-                                     description="Sanitizer JSON reports (one per rank) to one HTML page.")
+    parser = argparse.ArgumentParser(
+        prog="python -m torchlint.sanitizer.html_report",
+        description="Sanitizer JSON reports (one per rank) to one HTML page.",
+    )
     parser.add_argument("reports", nargs="+")
     parser.add_argument("-o", "--output", required=True)
     args = parser.parse_args(argv)

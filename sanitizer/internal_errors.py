@@ -8,6 +8,7 @@ the check's ``stop()`` ("the check may have missed findings"), and carried in
 the check's summary (``internal_errors``), so a report is never silently
 incomplete.
 """
+
 from __future__ import annotations
 
 import threading

@@ -9,6 +9,7 @@ and no copy is left on the subclass. Patches are undone in reverse order, so
 two checks wrapping the same function (the sync check, then the race check,
 around ``torch.cuda.synchronize``) unwind cleanly.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Dict, List

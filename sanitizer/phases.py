@@ -24,6 +24,7 @@ Two halves:
   wherever it falls. A run without steps has no steady state, and its
   utilization is reported, not judged.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -34,7 +35,13 @@ if TYPE_CHECKING:
     from .patching import Patcher
 
 STARTUP, COMPILATION, EVALUATION, CHECKPOINTING, STEADY, OTHER = (
-    "start-up", "compilation", "evaluation", "checkpointing", "steady-state training", "other")
+    "start-up",
+    "compilation",
+    "evaluation",
+    "checkpointing",
+    "steady-state training",
+    "other",
+)
 ORDER = (STARTUP, COMPILATION, STEADY, EVALUATION, CHECKPOINTING, OTHER)
 # A step longer than this many median steps holds more than a training step.
 STEADY_FACTOR = 3.0
@@ -48,6 +55,7 @@ LOW_UTILIZATION_PERCENT = 50.0  # the TensorBoard profiler plugin's threshold
 
 
 # -- the hooks ------------------------------------------------------------------------------------
+
 
 class PhaseHooks:
     """Marks compilation, evaluation and checkpointing on a timeline while installed."""
@@ -78,6 +86,7 @@ class PhaseHooks:
             def eval(module):
                 timeline.mark(EVALUATION)
                 return original(module)
+
             return eval
 
         def save_wrapper(original: Callable) -> Callable:
@@ -88,6 +97,7 @@ class PhaseHooks:
                     return original(*args, **kwargs)
                 finally:
                     timeline.phase_end(index)
+
             return save
 
         def compile_wrapper(original: Callable) -> Callable:
@@ -96,6 +106,7 @@ class PhaseHooks:
                 result = original(*args, **kwargs)
                 hooks._register_dynamo()  # torch.compile has imported Dynamo by now
                 return result
+
             return compile
 
         self._patcher.wrap(torch.nn.Module, "eval", eval_wrapper)
@@ -124,8 +135,10 @@ class PhaseHooks:
 
     def remove(self) -> None:
         if self._dynamo is not None:
-            for remove, callback in ((self._dynamo.remove_start_callback, self._compile_started),
-                                     (self._dynamo.remove_end_callback, self._compile_ended)):
+            for remove, callback in (
+                (self._dynamo.remove_start_callback, self._compile_started),
+                (self._dynamo.remove_end_callback, self._compile_ended),
+            ):
                 try:
                     remove(callback)
                 except ValueError:
@@ -137,6 +150,7 @@ class PhaseHooks:
 
 
 # -- the split ------------------------------------------------------------------------------------
+
 
 @dataclass
 class Phases:
@@ -156,12 +170,21 @@ class Phases:
     def to_json(self) -> Dict[str, Any]:
         return {
             "duration_s": round(self.duration_s, 3),
-            "phases": [{"phase": name, "seconds": round(self.seconds[name], 3),
-                        "share": round(self.seconds[name] / self.duration_s, 4) if self.duration_s else 0.0,
-                        "utilization_mean_percent": self.utilization.get(name)}
-                       for name in ORDER if self.seconds.get(name)],
-            "steady_state": {"steps": self.steady_steps, "seconds": round(self.steady_seconds, 3),
-                             "utilization_samples": self.steady_utilization_samples},
+            "phases": [
+                {
+                    "phase": name,
+                    "seconds": round(self.seconds[name], 3),
+                    "share": round(self.seconds[name] / self.duration_s, 4) if self.duration_s else 0.0,
+                    "utilization_mean_percent": self.utilization.get(name),
+                }
+                for name in ORDER
+                if self.seconds.get(name)
+            ],
+            "steady_state": {
+                "steps": self.steady_steps,
+                "seconds": round(self.steady_seconds, 3),
+                "utilization_samples": self.steady_utilization_samples,
+            },
         }
 
 
@@ -189,7 +212,8 @@ def split(timeline: Dict[str, Any], warmup_steps: int) -> Phases:
     phases = Phases(duration_s=duration, seconds={name: 0.0 for name in ORDER})
     phases.seconds[COMPILATION] = _union_length(compiles, 0.0, duration)
     phases.seconds[CHECKPOINTING] = _union_length(saves, 0.0, duration) - _union_length(
-        [(max(a, c), min(b, d)) for a, b in saves for c, d in compiles if min(b, d) > max(a, c)], 0.0, duration)
+        [(max(a, c), min(b, d)) for a, b in saves for c, d in compiles if min(b, d) > max(a, c)], 0.0, duration
+    )
     spans: List[Tuple[float, float, str]] = []
 
     def add(start: float, end: float, name: str) -> None:
@@ -253,12 +277,20 @@ def _utilization(phases: Phases, spans: Sequence[Tuple[float, float, str]], samp
 def low_utilization(phases: Phases) -> Optional[Dict[str, Any]]:
     """The low-utilization verdict's facts, or None: judged on steady-state training alone."""
     mean = phases.utilization.get(STEADY)
-    if (mean is None or phases.steady_seconds < MIN_STEADY_SECONDS
-            or phases.steady_utilization_samples < MIN_UTILIZATION_SAMPLES or mean >= LOW_UTILIZATION_PERCENT):
+    if (
+        mean is None
+        or phases.steady_seconds < MIN_STEADY_SECONDS
+        or phases.steady_utilization_samples < MIN_UTILIZATION_SAMPLES
+        or mean >= LOW_UTILIZATION_PERCENT
+    ):
         return None
-    return {"utilization_mean_percent": mean, "samples": phases.steady_utilization_samples,
-            "steady_seconds": round(phases.steady_seconds, 3), "steady_steps": phases.steady_steps,
-            "threshold_percent": LOW_UTILIZATION_PERCENT}
+    return {
+        "utilization_mean_percent": mean,
+        "samples": phases.steady_utilization_samples,
+        "steady_seconds": round(phases.steady_seconds, 3),
+        "steady_steps": phases.steady_steps,
+        "threshold_percent": LOW_UTILIZATION_PERCENT,
+    }
 
 
 def describe(phases: Dict[str, Any]) -> str:

@@ -38,6 +38,7 @@ inactive" and the tests run normally. ``TORCHLINT_SANITIZER_FORCE=1`` starts
 the checks anyway (the CPU test-suite uses it; syncs then come only from
 simulated warnings).
 """
+
 from __future__ import annotations
 
 import json
@@ -89,41 +90,68 @@ def _cuda_device_count() -> int:
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("gpu-sanitize", "torchlint GPU sanitizer")
     group.addoption(
-        "--gpu-sanitize", action="store_true", default=None, dest="gpu_sanitize",
+        "--gpu-sanitize",
+        action="store_true",
+        default=None,
+        dest="gpu_sanitize",
         help="run every test under the torchlint GPU sanitizer (sync, memory and race checks)",
     )
     group.addoption(
-        "--gpu-sanitize-checks", default=None, dest="gpu_sanitize_checks", metavar="CHECKS",
+        "--gpu-sanitize-checks",
+        default=None,
+        dest="gpu_sanitize_checks",
+        metavar="CHECKS",
         help=f"comma-separated checks to run ({', '.join(CHECKS)}, or all); implies --gpu-sanitize",
     )
     group.addoption(
-        "--gpu-sanitize-fail-on", default=None, dest="gpu_sanitize_fail_on", metavar="KINDS",
+        "--gpu-sanitize-fail-on",
+        default=None,
+        dest="gpu_sanitize_fail_on",
+        metavar="KINDS",
         help="finding kinds that fail a test (e.g. sync,race,oom:fragmentation; all; none). "
-             "Default: oom:fragmentation,race",
+        "Default: oom:fragmentation,race",
     )
     group.addoption(
-        "--gpu-sanitize-report", default=None, dest="gpu_sanitize_report", metavar="PATH",
+        "--gpu-sanitize-report",
+        default=None,
+        dest="gpu_sanitize_report",
+        metavar="PATH",
         help="write the JSON report of the whole run to PATH",
     )
     group.addoption(
-        "--gpu-sanitize-html", default=None, dest="gpu_sanitize_html", metavar="PATH",
+        "--gpu-sanitize-html",
+        default=None,
+        dest="gpu_sanitize_html",
+        metavar="PATH",
         help="write a self-contained HTML report of the whole run to PATH",
     )
     group.addoption(
-        "--gpu-sanitize-warmup-steps", default=None, type=int, dest="gpu_sanitize_warmup_steps", metavar="N",
+        "--gpu-sanitize-warmup-steps",
+        default=None,
+        type=int,
+        dest="gpu_sanitize_warmup_steps",
+        metavar="N",
         help="leave out the first N optimizer steps of each test (default 2)",
     )
     group.addoption(
-        "--gpu-sanitize-min-count", default=None, type=int, dest="gpu_sanitize_min_count", metavar="N",
+        "--gpu-sanitize-min-count",
+        default=None,
+        type=int,
+        dest="gpu_sanitize_min_count",
+        metavar="N",
         help="a sync site is a finding when its line ran at least N times in a test, or every step "
-             "(default 5); rarer syncs (a final read, an assert) are one-off: info in the JSON report only",
+        "(default 5); rarer syncs (a final read, an assert) are one-off: info in the JSON report only",
     )
     parser.addini("gpu_sanitize", type="bool", default=False, help="run tests under the torchlint GPU sanitizer")
     parser.addini("gpu_sanitize_checks", type="string", default="", help="checks for the GPU sanitizer")
     parser.addini("gpu_sanitize_fail_on", type="string", default="", help="finding kinds that fail a test")
     parser.addini("gpu_sanitize_report", type="string", default="", help="path of the GPU sanitizer's JSON report")
-    parser.addini("gpu_sanitize_min_count", type="string", default="",
-                  help="runs of a sync site that make it a finding (default 5)")
+    parser.addini(
+        "gpu_sanitize_min_count",
+        type="string",
+        default="",
+        help="runs of a sync site that make it a finding (default 5)",
+    )
     parser.addini("gpu_sanitize_html", type="string", default="", help="path of the GPU sanitizer's HTML report")
 
 
@@ -229,8 +257,10 @@ def _header(state: _State, forced: bool) -> str:
 
     device = device_info()
     where = device["name"] if device else ("no CUDA device, forced on" if forced else "unknown device")
-    return (f"gpu-sanitize: checks={','.join(sorted(state.checks))} "
-            f"fail-on={','.join(sorted(state.fail_on)) or 'none'} torch {torch_version()} on {where}")
+    return (
+        f"gpu-sanitize: checks={','.join(sorted(state.checks))} "
+        f"fail-on={','.join(sorted(state.fail_on)) or 'none'} torch {torch_version()} on {where}"
+    )
 
 
 def pytest_report_header(config: pytest.Config) -> Optional[List[str]]:
@@ -282,8 +312,15 @@ def _marker_settings(item: pytest.Item, marker: Any) -> Dict[str, Any]:
     return settings
 
 
-_MEMORY_FIELDS = ("peak_allocated_bytes", "peak_reserved_bytes", "peak_exact", "reserved_unallocated_bytes", "slack",
-                  "num_alloc_retries", "num_ooms")
+_MEMORY_FIELDS = (
+    "peak_allocated_bytes",
+    "peak_reserved_bytes",
+    "peak_exact",
+    "reserved_unallocated_bytes",
+    "slack",
+    "num_alloc_retries",
+    "num_ooms",
+)
 
 
 def _compact_memory(summary: Dict[str, Any]) -> Dict[str, Any]:
@@ -374,12 +411,23 @@ def group_sites(results: Dict[str, Dict[str, Any]]) -> List[Dict[str, Any]]:
             site = sites.get(site_key(finding))
             if site is None:
                 site = sites[site_key(finding)] = {
-                    "kind": finding.kind, "file": finding.file, "line": finding.line, "function": finding.function,
-                    "rule": finding.rule, "sync_kind": details.get("sync_kind"), "severity": finding.severity,
-                    "one_off": is_one_off(finding), "periodic": is_periodic(finding),
-                    "count": 0, "runs": 0, "stall_ms": None,
-                    "tests": 0, "test_ids": [], "failing_tests": 0,
-                    "fix_hint": finding.fix_hint, "message": finding.message,
+                    "kind": finding.kind,
+                    "file": finding.file,
+                    "line": finding.line,
+                    "function": finding.function,
+                    "rule": finding.rule,
+                    "sync_kind": details.get("sync_kind"),
+                    "severity": finding.severity,
+                    "one_off": is_one_off(finding),
+                    "periodic": is_periodic(finding),
+                    "count": 0,
+                    "runs": 0,
+                    "stall_ms": None,
+                    "tests": 0,
+                    "test_ids": [],
+                    "failing_tests": 0,
+                    "fix_hint": finding.fix_hint,
+                    "message": finding.message,
                 }
             if severity_rank.get(finding.severity, 3) < severity_rank.get(site["severity"], 3):
                 site["severity"] = finding.severity
@@ -392,9 +440,18 @@ def group_sites(results: Dict[str, Dict[str, Any]]) -> List[Dict[str, Any]]:
                 site["test_ids"].append(nodeid)
                 site["tests"] += 1
             site["failing_tests"] += int(entry["failing"])
-    return sorted(sites.values(), key=lambda s: (
-        -s["failing_tests"], s["one_off"] or s["periodic"], ranking.tier(s), -(s["stall_ms"] or 0.0), -s["count"],
-        s["file"] or "", s["line"] or 0))
+    return sorted(
+        sites.values(),
+        key=lambda s: (
+            -s["failing_tests"],
+            s["one_off"] or s["periodic"],
+            ranking.tier(s),
+            -(s["stall_ms"] or 0.0),
+            -s["count"],
+            s["file"] or "",
+            s["line"] or 0,
+        ),
+    )
 
 
 def site_line(site: Dict[str, Any], root: Optional[str] = None) -> str:
@@ -456,17 +513,25 @@ class _Collector:
 
         findings = [e["finding"] for r in self.results.values() for e in r["entries"]]
         tests = {
-            nodeid: {"outcome": r["outcome"], "findings": len(r["entries"]),
-                     "one_off": sum(1 for e in r["entries"] if is_one_off(e["finding"])),
-                     "failed_by_sanitizer": r["failed_by_sanitizer"]}
+            nodeid: {
+                "outcome": r["outcome"],
+                "findings": len(r["entries"]),
+                "one_off": sum(1 for e in r["entries"] if is_one_off(e["finding"])),
+                "failed_by_sanitizer": r["failed_by_sanitizer"],
+            }
             for nodeid, r in self.results.items()
         }
         for nodeid, memory in self.memory.items():
             if nodeid in tests:
                 tests[nodeid]["memory"] = memory
         inactive = None if self.state.active else "no CUDA device"
-        report = build_report(findings, checks=self.state.checks if self.state.active else (), tests=tests,
-                              fail_on=self.state.fail_on, inactive=inactive)
+        report = build_report(
+            findings,
+            checks=self.state.checks if self.state.active else (),
+            tests=tests,
+            fail_on=self.state.fail_on,
+            inactive=inactive,
+        )
         report["sites"] = group_sites(self.results)
         return report
 
@@ -491,8 +556,9 @@ class _Collector:
         if not self.state.active:
             if self.state.report_path or self.state.html_path:
                 terminalreporter.section("gpu-sanitize")
-                terminalreporter.write_line("inactive without a CUDA device: nothing was checked, "
-                                            "and the reports say so")
+                terminalreporter.write_line(
+                    "inactive without a CUDA device: nothing was checked, and the reports say so"
+                )
                 self._write_report_lines(terminalreporter)
             return
         sites = group_sites(self.results)
@@ -503,8 +569,14 @@ class _Collector:
         root = str(config.rootpath)
         terminalreporter.section("gpu-sanitize")
         sanitized = f"{len(self.results)} sanitized test{'s' if len(self.results) != 1 else ''}"
-        left_out = (f"; {sum(s['count'] for s in one_off)} one-off sync(s) at {len(one_off)} site(s) left out "
-                    f"(info in the JSON report)") if one_off else ""
+        left_out = (
+            (
+                f"; {sum(s['count'] for s in one_off)} one-off sync(s) at {len(one_off)} site(s) left out "
+                f"(info in the JSON report)"
+            )
+            if one_off
+            else ""
+        )
         if periodic:
             left_out += f"; {len(periodic)} periodic sync site(s) (every N steps: info) left out"
         if not listed:
@@ -513,7 +585,9 @@ class _Collector:
             stalled = sum(site["stall_ms"] or 0.0 for site in listed)
             terminalreporter.write_line(
                 f"{len(listed)} site(s) in {len(tests_listed)} of {sanitized}"
-                + (f", {stalled:.1f} ms stalled" if stalled else "") + left_out)
+                + (f", {stalled:.1f} ms stalled" if stalled else "")
+                + left_out
+            )
         verbose = config.get_verbosity() > 0
         shown = listed if verbose else listed[:SUMMARY_SITES]
         for site in shown:
@@ -524,7 +598,8 @@ class _Collector:
         if len(listed) > len(shown):
             terminalreporter.write_line(
                 f"... and {len(listed) - len(shown)} more site(s): -v lists them all"
-                + ("" if self.state.report_path else ", --gpu-sanitize-report=PATH writes every finding"))
+                + ("" if self.state.report_path else ", --gpu-sanitize-report=PATH writes every finding")
+            )
         for nodeid, result in self.results.items():
             if result["failed_by_sanitizer"]:
                 failing = sum(1 for e in result["entries"] if e["failing"])
@@ -532,7 +607,8 @@ class _Collector:
         self._write_report_lines(terminalreporter)
         from torchlint.fix_command import closing_hint
 
-        hint = closing_hint([e["finding"].to_json() for r in self.results.values() for e in r["entries"]],
-                            str(config.rootpath))
+        hint = closing_hint(
+            [e["finding"].to_json() for r in self.results.values() for e in r["entries"]], str(config.rootpath)
+        )
         if hint:
             terminalreporter.write_line(hint)

@@ -16,6 +16,7 @@ same way from the same fields):
 
 Works on findings as objects or as their JSON, so saved reports rank too.
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, Iterable, List, Tuple
@@ -24,8 +25,14 @@ from .findings import FRAGMENTATION, LOW_UTILIZATION, OOM, RACE, SYNC
 
 MiB = 1 << 20
 # Bytes a memory finding costs, by the first of these details it carries.
-_BYTES_KEYS = ("requested_bytes", "excess_bytes", "growth_bytes", "total_free_bytes", "peak_reserved_bytes",
-               "reserved_bytes")
+_BYTES_KEYS = (
+    "requested_bytes",
+    "excess_bytes",
+    "growth_bytes",
+    "total_free_bytes",
+    "peak_reserved_bytes",
+    "reserved_bytes",
+)
 
 
 def _field(finding: Any, name: str) -> Any:
@@ -72,8 +79,14 @@ def tier(finding: Any) -> int:
 
 def rank_key(finding: Any) -> Tuple:
     """Sort key: the tier, then the measured cost within it, then the count, then the place."""
-    return (tier(finding), -stall_ms(finding), -cost_bytes(finding), -int(_field(finding, "count") or 0),
-            _field(finding, "file") or "", _field(finding, "line") or 0)
+    return (
+        tier(finding),
+        -stall_ms(finding),
+        -cost_bytes(finding),
+        -int(_field(finding, "count") or 0),
+        _field(finding, "file") or "",
+        _field(finding, "line") or 0,
+    )
 
 
 def ranked(findings: Iterable[Any]) -> List[Any]:
@@ -99,8 +112,9 @@ def cost_text(finding: Any) -> str:
         cadence = details.get("cadence")
         if cadence == "periodic":
             per_read = details.get("per_read_ms")
-            return (f"every {details.get('period_steps')} steps, "
-                    + (f"{per_read:.3f} ms per read" if isinstance(per_read, (int, float)) else "not timed"))
+            return f"every {details.get('period_steps')} steps, " + (
+                f"{per_read:.3f} ms per read" if isinstance(per_read, (int, float)) else "not timed"
+            )
         if details.get("every_step") is None or cadence in ("per-eval-batch", "per-iteration"):
             rate = f"x{count}"
         else:

@@ -21,6 +21,7 @@ session started; reports of another run, or started more than
 finish always sees every report (each writes its own before it looks), and
 two ranks merging at once write the same file atomically.
 """
+
 from __future__ import annotations
 
 import json
@@ -112,9 +113,7 @@ def merge_reports(reports: List[Dict[str, Any]], paths: Optional[List[Optional[s
     ordered = sorted(zip(reports, paths), key=lambda pair: pair[0].get("rank", 0))
     first = ordered[0][0]
     fail_on = first.get("fail_on", [])
-    merged: Dict[str, Any] = {
-        key: first.get(key) for key in ("version", "tool", "torch", "device")
-    }
+    merged: Dict[str, Any] = {key: first.get(key) for key in ("version", "tool", "torch", "device")}
     merged["checks"] = sorted({name for report, _ in ordered for name in report.get("checks", [])})
     merged["fail_on"] = fail_on
     merged["findings"] = [

@@ -124,6 +124,7 @@ A Finding (``Finding.to_json()``)::
 
 The other kinds' ``details`` are documented by the memory and race checks.
 """
+
 from __future__ import annotations
 
 import json
@@ -144,8 +145,20 @@ _FRAME_SCHEMA = {
 }
 FINDING_SCHEMA: Dict[str, Any] = {
     "type": "object",
-    "required": ["kind", "severity", "message", "file", "line", "function", "stack", "count",
-                 "rule", "fix_hint", "details", "test"],
+    "required": [
+        "kind",
+        "severity",
+        "message",
+        "file",
+        "line",
+        "function",
+        "stack",
+        "count",
+        "rule",
+        "fix_hint",
+        "details",
+        "test",
+    ],
     "properties": {
         "kind": {"enum": list(KINDS)},
         "severity": {"enum": list(SEVERITIES)},
@@ -305,6 +318,7 @@ def write_report(path: str, report: Dict[str, Any]) -> None:
 
 # --- the terminal summary ----------------------------------------------------------
 
+
 def display_path(path: Optional[str], root: Optional[str] = None) -> str:
     if path is None:
         return "<process>"
@@ -390,8 +404,10 @@ def render_summary(
         if len(ranked) > limit:
             lines.append(f"  ... and {len(ranked) - limit} more (see the JSON report)")
     if periodic:
-        lines.append(f"  periodic, already every N steps (info, not per-step stalls): {len(periodic)} site"
-                     f"{'s' if len(periodic) != 1 else ''}")
+        lines.append(
+            f"  periodic, already every N steps (info, not per-step stalls): {len(periodic)} site"
+            f"{'s' if len(periodic) != 1 else ''}"
+        )
         for finding in periodic[:limit]:
             lines.append("    " + finding_line(finding, root))
     if phases:

@@ -30,6 +30,7 @@ file or a folder that cannot be written is a usage error, exit 2, before any
 training starts). A report that still cannot be written after the run is a
 one-line error; the exit status stays the script's.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -68,19 +69,39 @@ class _BuildTap(argparse.Action):
 
 def add_session_options(parser: argparse.ArgumentParser) -> None:
     """The options of a sanitized run: the runner's, and the Jupyter magics' (jupyter.py)."""
-    parser.add_argument("--checks", default="all", metavar="CHECKS",
-                        help=f"comma-separated checks ({', '.join(CHECKS)}, or all; default all)")
+    parser.add_argument(
+        "--checks",
+        default="all",
+        metavar="CHECKS",
+        help=f"comma-separated checks ({', '.join(CHECKS)}, or all; default all)",
+    )
     parser.add_argument("--report-json", default=None, metavar="PATH", help="write the JSON report to PATH")
-    parser.add_argument("--report-html", default=None, metavar="PATH",
-                        help="write a self-contained HTML report (timeline, memory chart, sites) to PATH")
-    parser.add_argument("--trace", default=None, metavar="PATH",
-                        help="write a Chrome trace-event file (ui.perfetto.dev, chrome://tracing) to PATH")
-    parser.add_argument("--warmup-steps", type=int, default=2, metavar="N",
-                        help="leave out the first N training steps (default 2)")
-    parser.add_argument("--fail-on", default=None, metavar="KINDS",
-                        help="finding kinds that count as failing for --strict (default: all kinds)")
-    parser.add_argument("--strict", action="store_true",
-                        help="exit 3 when the script exits 0 but failing findings exist (in Jupyter: the cell fails)")
+    parser.add_argument(
+        "--report-html",
+        default=None,
+        metavar="PATH",
+        help="write a self-contained HTML report (timeline, memory chart, sites) to PATH",
+    )
+    parser.add_argument(
+        "--trace",
+        default=None,
+        metavar="PATH",
+        help="write a Chrome trace-event file (ui.perfetto.dev, chrome://tracing) to PATH",
+    )
+    parser.add_argument(
+        "--warmup-steps", type=int, default=2, metavar="N", help="leave out the first N training steps (default 2)"
+    )
+    parser.add_argument(
+        "--fail-on",
+        default=None,
+        metavar="KINDS",
+        help="finding kinds that count as failing for --strict (default: all kinds)",
+    )
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit 3 when the script exits 0 but failing findings exist (in Jupyter: the cell fails)",
+    )
     parser.add_argument("--limit", type=int, default=10, metavar="N", help="sites shown in the summary (default 10)")
 
 
@@ -90,8 +111,9 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         description="Run a Python script under the torchlint GPU sanitizer.",
     )
     add_session_options(parser)
-    parser.add_argument("--build-tap", action=_BuildTap,
-                        help="build the race check's native tap now (else on first use) and exit")
+    parser.add_argument(
+        "--build-tap", action=_BuildTap, help="build the race check's native tap now (else on first use) and exit"
+    )
     parser.add_argument("script", help="the Python script to run")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
     return parser
@@ -239,8 +261,11 @@ def main(argv: Optional[List[str]] = None, prog: str = "torchlint-sanitize") -> 
         return 2
     from .report import unwritable
 
-    for flag, path in (("--report-json", options.report_json), ("--report-html", options.report_html),
-                       ("--trace", options.trace)):
+    for flag, path in (
+        ("--report-json", options.report_json),
+        ("--report-html", options.report_html),
+        ("--trace", options.trace),
+    ):
         problem = unwritable(path) if path else None
         if problem:
             print(f"{prog}: error: {flag} {path}: {problem}", file=sys.stderr)

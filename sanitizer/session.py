@@ -57,6 +57,7 @@ default is ``{"oom:fragmentation", "race"}``: a fragmentation OOM or a
 cross-stream race fails a test, and every other finding is reported without
 failing it.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -99,8 +100,7 @@ def parse_fail_on(text: str) -> frozenset:
             selectors.add(name)
         else:
             raise ValueError(
-                f"unknown finding kind {name!r}; valid: {', '.join(KINDS)}, "
-                f"{FRAGMENTATION_OOM}, default, all, none"
+                f"unknown finding kind {name!r}; valid: {', '.join(KINDS)}, {FRAGMENTATION_OOM}, default, all, none"
             )
     return frozenset(selectors)
 
@@ -129,6 +129,7 @@ def load_check_class(name: str):
 
 
 # --- what a check is, and what it may read from the session -------------------
+
 
 @dataclass(frozen=True)
 class StepCount:
@@ -199,6 +200,7 @@ class Check(Protocol):
 
 # --- allowlist ---------------------------------------------------------------
 
+
 class _AllowDepth(threading.local):
     # A class default, not getattr(..., 0): a missing attribute raises and
     # formats an AttributeError, ~10 µs once per step when caches are cold
@@ -233,6 +235,7 @@ def sync_allowed() -> bool:
 
 
 # --- the session -----------------------------------------------------------------
+
 
 class SanitizerSession:
     """Runs a set of checks over one program, test or block."""
@@ -475,8 +478,9 @@ def sanitize(
         from .findings import parse_checks
 
         checks = parse_checks(checks)
-    session = SanitizerSession(checks=checks, warmup_steps=warmup_steps, fail_on=fail_on, test_id=test_id,
-                               sync_min_count=sync_min_count)
+    session = SanitizerSession(
+        checks=checks, warmup_steps=warmup_steps, fail_on=fail_on, test_id=test_id, sync_min_count=sync_min_count
+    )
     session.start()
     try:
         yield session

@@ -66,6 +66,7 @@ is the allocating line. Reports written before the watcher fed the series
 hold one ``memory`` row per sampled step boundary instead; they read the
 same way.
 """
+
 from __future__ import annotations
 
 import os
@@ -134,8 +135,9 @@ class MemorySeries:
         rows = self.rows
         merged = []
         for first, second in zip(rows[::2], rows[1::2]):
-            merged.append([first[0], max(first[1], second[1]), max(first[2], second[2]),
-                           max(first[3], second[3]), first[4]])
+            merged.append(
+                [first[0], max(first[1], second[1]), max(first[2], second[2]), max(first[3], second[3]), first[4]]
+            )
         if len(rows) % 2:
             merged.append(rows[-1])
         self.merged += len(rows) // 2
@@ -155,8 +157,9 @@ class MemorySeries:
 class Timeline:
     """The session's event series; every method is safe to call from a hook."""
 
-    def __init__(self, clock=time.perf_counter, max_events: int = MAX_EVENTS,
-                 max_memory_rows: int = MAX_MEMORY_ROWS) -> None:
+    def __init__(
+        self, clock=time.perf_counter, max_events: int = MAX_EVENTS, max_memory_rows: int = MAX_MEMORY_ROWS
+    ) -> None:
         self._clock = clock
         self.max_events = max_events
         self._t0 = clock()
@@ -191,8 +194,16 @@ class Timeline:
         if len(self.steps) < self.max_events * 5:
             self.steps.append(self.now())
 
-    def sync(self, kind: str, file: str, line: int, wait_s: Optional[float], rule: Optional[str],
-             step: int, ended_at: Optional[float] = None) -> None:
+    def sync(
+        self,
+        kind: str,
+        file: str,
+        line: int,
+        wait_s: Optional[float],
+        rule: Optional[str],
+        step: int,
+        ended_at: Optional[float] = None,
+    ) -> None:
         # Stored raw and rounded by to_json: this runs for every sync, often with
         # cold caches, where float rounding (a decimal conversion) costs µs.
         end = (ended_at if ended_at is not None else self._clock()) - self._t0
@@ -202,8 +213,9 @@ class Timeline:
         """One look at the allocator's counters (stored only when they changed)."""
         self.memory_series.add(int(allocated), int(reserved), int(segments), step)
 
-    def new_segments(self, added: int, nbytes: int, file: Optional[str], line: Optional[int],
-                     step: Optional[int]) -> None:
+    def new_segments(
+        self, added: int, nbytes: int, file: Optional[str], line: Optional[int], step: Optional[int]
+    ) -> None:
         """The allocator mapped ``added`` segments since the last look; reserved grew by ``nbytes``."""
         self._add("segments", [round(self.now(), 6), int(added), max(0, int(nbytes)), file, line, step])
 
@@ -290,8 +302,10 @@ class Timeline:
             if name == "memory":
                 data[name] = self.memory_series.to_json()
             elif name == "syncs":  # stored raw (see sync)
-                data[name] = [[round(start, 6), None if wait is None else round(wait, 7), *rest]
-                              for start, wait, *rest in self.series[name]]
+                data[name] = [
+                    [round(start, 6), None if wait is None else round(wait, 7), *rest]
+                    for start, wait, *rest in self.series[name]
+                ]
             else:
                 data[name] = [list(row) for row in self.series[name]]
         data["overhead_s"] = {name: round(value, 6) for name, value in self.overhead_s.items()}

@@ -26,6 +26,7 @@ at ``baseTimeNanoseconds + 1000 * ts``. Neither viewer reads
 
     python -m torchlint.sanitizer.trace merge trace.json kineto.pt.trace.json -o both.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -71,50 +72,135 @@ def trace_events(report: Dict[str, Any]) -> Dict[str, Any]:
     ]
     previous = 0.0
     for index, end in enumerate(timeline.get("steps", [])):
-        events.append({"ph": "X", "name": f"step {index}", "cat": "step", "pid": pid, "tid": STEPS_TID,
-                       "ts": _us(previous), "dur": max(_us(end - previous), 0.001)})
+        events.append(
+            {
+                "ph": "X",
+                "name": f"step {index}",
+                "cat": "step",
+                "pid": pid,
+                "tid": STEPS_TID,
+                "ts": _us(previous),
+                "dur": max(_us(end - previous), 0.001),
+            }
+        )
         previous = end
     for start, wait, kind, file, line, rule, step in timeline.get("syncs", []):
-        events.append({
-            "ph": "X", "name": f"sync {kind}", "cat": "sync", "pid": pid, "tid": HOST_TID,
-            "ts": _us(start), "dur": max(_us(wait or 0.0), 0.001),
-            "args": {"where": _where(file, line), "rule": rule, "step": step,
-                     "host_wait_ms": None if wait is None else round(wait * 1e3, 4)},
-        })
+        events.append(
+            {
+                "ph": "X",
+                "name": f"sync {kind}",
+                "cat": "sync",
+                "pid": pid,
+                "tid": HOST_TID,
+                "ts": _us(start),
+                "dur": max(_us(wait or 0.0), 0.001),
+                "args": {
+                    "where": _where(file, line),
+                    "rule": rule,
+                    "step": step,
+                    "host_wait_ms": None if wait is None else round(wait * 1e3, 4),
+                },
+            }
+        )
     for t, allocated, reserved, _segments, _step in timeline.get("memory", []):
-        events.append({"ph": "C", "name": "GPU memory allocated", "cat": "memory", "pid": pid, "ts": _us(t),
-                       "args": {"bytes": allocated}})
-        events.append({"ph": "C", "name": "GPU memory reserved", "cat": "memory", "pid": pid, "ts": _us(t),
-                       "args": {"bytes": reserved}})
+        events.append(
+            {
+                "ph": "C",
+                "name": "GPU memory allocated",
+                "cat": "memory",
+                "pid": pid,
+                "ts": _us(t),
+                "args": {"bytes": allocated},
+            }
+        )
+        events.append(
+            {
+                "ph": "C",
+                "name": "GPU memory reserved",
+                "cat": "memory",
+                "pid": pid,
+                "ts": _us(t),
+                "args": {"bytes": reserved},
+            }
+        )
     for t, added, nbytes, file, line, step in timeline.get("segments", []):
-        events.append({"ph": "i", "s": "t", "name": f"{added} new segment(s)", "cat": "memory", "pid": pid,
-                       "tid": ALLOCATOR_TID, "ts": _us(t),
-                       "args": {"reserved_growth_bytes": nbytes, "seen_at": _where(file, line), "step": step}})
+        events.append(
+            {
+                "ph": "i",
+                "s": "t",
+                "name": f"{added} new segment(s)",
+                "cat": "memory",
+                "pid": pid,
+                "tid": ALLOCATOR_TID,
+                "ts": _us(t),
+                "args": {"reserved_growth_bytes": nbytes, "seen_at": _where(file, line), "step": step},
+            }
+        )
     for t, reason, category, free_bytes, step in timeline.get("snapshots", []):
         if category:
-            events.append({"ph": "i", "s": "t", "name": f"{category} fragmentation", "cat": "memory", "pid": pid,
-                           "tid": ALLOCATOR_TID, "ts": _us(t),
-                           "args": {"trigger": reason, "free_bytes": free_bytes, "step": step}})
+            events.append(
+                {
+                    "ph": "i",
+                    "s": "t",
+                    "name": f"{category} fragmentation",
+                    "cat": "memory",
+                    "pid": pid,
+                    "tid": ALLOCATOR_TID,
+                    "ts": _us(t),
+                    "args": {"trigger": reason, "free_bytes": free_bytes, "step": step},
+                }
+            )
     for t, nbytes, file, line, step in timeline.get("ooms", []):
-        events.append({"ph": "i", "s": "p", "name": "OOM", "cat": "oom", "pid": pid, "tid": ALLOCATOR_TID,
-                       "ts": _us(t), "args": {"requested_bytes": nbytes, "where": _where(file, line), "step": step}})
+        events.append(
+            {
+                "ph": "i",
+                "s": "p",
+                "name": "OOM",
+                "cat": "oom",
+                "pid": pid,
+                "tid": ALLOCATOR_TID,
+                "ts": _us(t),
+                "args": {"requested_bytes": nbytes, "where": _where(file, line), "step": step},
+            }
+        )
     for t, file, line, step in timeline.get("races", []):
-        events.append({"ph": "i", "s": "p", "name": "race", "cat": "race", "pid": pid, "tid": HOST_TID,
-                       "ts": _us(t), "args": {"where": _where(file, line), "step": step}})
+        events.append(
+            {
+                "ph": "i",
+                "s": "p",
+                "name": "race",
+                "cat": "race",
+                "pid": pid,
+                "tid": HOST_TID,
+                "ts": _us(t),
+                "args": {"where": _where(file, line), "step": step},
+            }
+        )
     streams: Dict[str, int] = {}
     for t, stream, op in timeline.get("launches", []):
         tid = streams.get(stream)
         if tid is None:
             tid = streams[stream] = STREAM_TID_BASE + len(streams)
-            events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
-                           "args": {"name": f"stream {stream} (launches seen by the race check)"}})
+            events.append(
+                {
+                    "ph": "M",
+                    "name": "thread_name",
+                    "pid": pid,
+                    "tid": tid,
+                    "args": {"name": f"stream {stream} (launches seen by the race check)"},
+                }
+            )
         events.append({"ph": "i", "s": "t", "name": op, "cat": "launch", "pid": pid, "tid": tid, "ts": _us(t)})
     return {
         "traceEvents": events,
         "displayTimeUnit": "ms",
         "baseTimeNanoseconds": int(timeline["clock"]["unix_ns_at_start"]),
-        "otherData": {"tool": "torchlint-sanitizer", "torch": report.get("torch"),
-                      "device": device.get("name"), "dropped": timeline.get("dropped", {})},
+        "otherData": {
+            "tool": "torchlint-sanitizer",
+            "torch": report.get("torch"),
+            "device": device.get("name"),
+            "dropped": timeline.get("dropped", {}),
+        },
     }
 
 
@@ -166,8 +252,10 @@ def _write_json(path: str, data: Dict[str, Any]) -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m torchlint.sanitizer.trace",
-                                     description="Sanitizer reports to Chrome traces, and traces merged on one clock.")
+    parser = argparse.ArgumentParser(
+        prog="python -m torchlint.sanitizer.trace",
+        description="Sanitizer reports to Chrome traces, and traces merged on one clock.",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     convert = commands.add_parser("convert", help="a sanitizer JSON report to a trace")
     convert.add_argument("report")

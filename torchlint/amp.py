@@ -18,6 +18,7 @@ visit time, when the walk has seen the assignments before the node.
 - ``enclosing_autocast(ctx, site)``: the innermost enabled autocast region
   (``with`` item or function decorator) around a node, in its function.
 """
+
 from __future__ import annotations
 
 import re
@@ -112,7 +113,7 @@ def enabled(ctx: "FileModel", call: cst.Call) -> Optional[bool]:
 
 
 def autocast_device(ctx: "FileModel", call: cst.Call) -> Optional[str]:
-    """"cuda" / "cpu" / … for an autocast call, None when not a literal."""
+    """\"cuda" / "cpu" / … for an autocast call, None when not a literal."""
     qname = _qualified(ctx, call.func) or ""
     if qname.startswith("torch.cuda."):
         return "cuda"

@@ -5,10 +5,11 @@ A ``Site`` is a snapshot of a node's ancestors taken during the walk
 batch loop, which loops call this function) are exact once the walk is over,
 so rules ask them in ``finish()``.
 """
+
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Iterator, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Iterator, List, Optional, Sequence, Tuple, Union
 
 import libcst as cst
 
@@ -19,6 +20,7 @@ from torchlint.vocabulary import CUDA_AVAILABILITY, INDEX_NAME, NO_GRAD_CONTEXTS
 
 if TYPE_CHECKING:  # pragma: no cover
     from torchlint.model import FileModel
+
 
 def exclusive_branches(a: Sequence[cst.CSTNode], b: Sequence[cst.CSTNode]) -> bool:
     """Do two nodes, given by their ancestor stacks (``Site.stack``, root first),
@@ -117,7 +119,13 @@ def is_no_grad_decorated(ctx: "FileModel", function: cst.FunctionDef) -> bool:
         name = _decorator_call_name(ctx, decorator)
         if name in NO_GRAD_CONTEXTS:
             return True
-        if name is None and last_name(decorator.decorator if not isinstance(decorator.decorator, cst.Call) else decorator.decorator.func) in ctx.facts.no_grad_decorators:
+        if (
+            name is None
+            and last_name(
+                decorator.decorator if not isinstance(decorator.decorator, cst.Call) else decorator.decorator.func
+            )
+            in ctx.facts.no_grad_decorators
+        ):
             return True
     return False
 
@@ -151,7 +159,9 @@ class Site:
 
     __slots__ = ("ctx", "stack", "function", "loop", "bindings_seen")
 
-    def __init__(self, ctx: "FileModel", stack: Sequence[cst.CSTNode], function: Optional[FunctionInfo], loop: Optional[LoopInfo]) -> None:
+    def __init__(
+        self, ctx: "FileModel", stack: Sequence[cst.CSTNode], function: Optional[FunctionInfo], loop: Optional[LoopInfo]
+    ) -> None:
         self.ctx = ctx
         self.stack = tuple(stack)
         self.function = function
@@ -203,7 +213,7 @@ class Site:
                 return loop
         return None
 
-    def batch_context(self) -> Tuple[Optional[LoopInfo], Optional[FunctionInfo]]:
+    def batch_context(self) -> Tuple[Optional[Union[LoopInfo, ForeignLoop]], Optional[FunctionInfo]]:
         """The batch loop the node runs in: directly, or because its function
         runs per batch (``ModuleFacts.functions_run_per_batch``: called from a
         batch loop's body, transitively, through ``self.`` methods, or passed
@@ -216,7 +226,7 @@ class Site:
         loop = self.batch_loop()
         if loop is not None:
             return loop, None
-        if any(l.is_generation_loop for l in self.loops()):
+        if any(enclosing.is_generation_loop for enclosing in self.loops()):
             return None, None
         reached = self.ctx.facts.functions_run_per_batch()
         function = self.function
@@ -230,7 +240,12 @@ class Site:
         function = self.function
         while function is not None and function.parent is not None:
             function = function.parent
-        if analysis is not None and function is not None and function.class_name is not None and self._uses_argument(function):
+        if (
+            analysis is not None
+            and function is not None
+            and function.class_name is not None
+            and self._uses_argument(function)
+        ):
             hint = analysis.hot_from_elsewhere(self.ctx, function)
             if hint is not None:
                 return ForeignLoop(hint), function
@@ -242,7 +257,7 @@ class Site:
         a periodic guard. The one filter of "hot" sites."""
         return not self.in_exception_path() and not self.under_periodic_guard(within=within)
 
-    def per_step(self) -> Tuple[Optional[LoopInfo], Optional[FunctionInfo]]:
+    def per_step(self) -> Tuple[Optional[Union[LoopInfo, ForeignLoop]], Optional[FunctionInfo]]:
         """``batch_context()`` for a node that runs on every step: (None, None)
         on an exception path or under a periodic guard between the node and
         the loop (its function, when a helper makes it hot)."""
@@ -278,7 +293,7 @@ class Site:
                 return False
         return False
 
-    def under_periodic_guard(self, within: Optional[LoopInfo] = None) -> bool:
+    def under_periodic_guard(self, within: Optional[Union[LoopInfo, ForeignLoop]] = None) -> bool:
         """Inside ``if step % N == 0:`` (or an early ``continue`` on one), between
         the node and ``within``'s loop (the function body when None)."""
         stop = within.node if within is not None else None
@@ -330,7 +345,11 @@ def _skipped_unless_periodic(ctx: "FileModel", block: cst.IndentedBlock, child: 
     if entry is None or entry[0] is not block:
         body = block.body
         first = next(
-            (i for i, s in enumerate(body) if isinstance(s, cst.If) and is_periodic_test(s.test) and _body_is_continue(s.body)),
+            (
+                i
+                for i, s in enumerate(body)
+                if isinstance(s, cst.If) and is_periodic_test(s.test) and _body_is_continue(s.body)
+            ),
             None,
         )
         entry = cache[id(block)] = (block, frozenset(map(id, body[first + 1 :])) if first is not None else frozenset())

@@ -12,6 +12,7 @@ Bindings are made by the engine during the walk: loop targets before the
 body, comprehension targets before the element, assignments after their
 value (so ``x = x.to(device)`` still sees the batch ``x`` in its value).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -30,7 +31,21 @@ if TYPE_CHECKING:  # pragma: no cover
 # (a view of pinned memory is pinned; a cast is a new tensor on the host, but
 # its copy to the device is still a copy of batch data).
 VIEW_METHODS = frozenset(
-    {"view", "squeeze", "unsqueeze", "permute", "transpose", "narrow", "select", "expand", "t", "detach", "unflatten", "contiguous", "get"}
+    {
+        "view",
+        "squeeze",
+        "unsqueeze",
+        "permute",
+        "transpose",
+        "narrow",
+        "select",
+        "expand",
+        "t",
+        "detach",
+        "unflatten",
+        "contiguous",
+        "get",
+    }
 )
 CAST_METHODS = frozenset({"float", "half", "long", "int", "double", "bfloat16", "bool"})
 # Calls that hand back a loader whose batches the framework already moves to the device.
@@ -101,7 +116,9 @@ class BatchFlow:
         if origin is None:
             return
         scope = dict(self.scopes[-1])
-        scope[params[0].name.value] = Origin(origin.kind, origin.source, origin.loop_node, origin.function, cast=origin.cast)
+        scope[params[0].name.value] = Origin(
+            origin.kind, origin.source, origin.loop_node, origin.function, cast=origin.cast
+        )
         self.scopes.append(scope)
         self._mapped_lambdas.add(id(node))
 
@@ -152,7 +169,14 @@ class BatchFlow:
             elif isinstance(node, cst.Name):
                 origin = self.scopes[-1].get(node.value)
                 if origin is not None and ((part and origin.whole) or (cast and not origin.cast)):
-                    return Origin(origin.kind, origin.source, origin.loop_node, origin.function, whole=origin.whole and not part, cast=cast or origin.cast)
+                    return Origin(
+                        origin.kind,
+                        origin.source,
+                        origin.loop_node,
+                        origin.function,
+                        whole=origin.whole and not part,
+                        cast=cast or origin.cast,
+                    )
                 return origin
             else:
                 return None
@@ -166,7 +190,9 @@ class BatchFlow:
                 # ``for step, batch in enumerate(loader)``: the index is not batch data
                 item = target.elements[1].value
                 names = target_names(item)
-                origin = Origin(origin.kind, origin.source, origin.loop_node, origin.function, whole=isinstance(item, cst.Name))
+                origin = Origin(
+                    origin.kind, origin.source, origin.loop_node, origin.function, whole=isinstance(item, cst.Name)
+                )
         for name in names:
             self.scopes[-1][name] = origin
 

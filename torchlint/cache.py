@@ -24,6 +24,7 @@ cached (``--fix``, ``--diff`` and ``--add-noqa`` always lint). Entries are
 written to a temporary file and renamed into place, so parallel runs never
 read half an entry; an entry that cannot be read is a miss.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -145,7 +146,10 @@ class ResultCache:
         known = self._options.get(id(options))
         if known is None or known[0] is not options:
             # (the options object is kept alive with its fingerprint, so its id is not reused)
-            known = self._options[id(options)] = (options, hashlib.sha256(options_fingerprint(options).encode()).hexdigest())
+            known = self._options[id(options)] = (
+                options,
+                hashlib.sha256(options_fingerprint(options).encode()).hexdigest(),
+            )
         fingerprint = known[1]
         digest = hashlib.sha256()
         # The path as given is in the stored findings; the absolute one names the file.
@@ -251,7 +255,7 @@ def _unpack(blob: bytes, key: str) -> Optional[Tuple["FileResult", Dict[str, str
     if len(blob) < header or not blob.startswith(_ENTRY_MAGIC):
         return None
     payload = blob[header:]
-    if hashlib.sha256(payload).digest() != blob[len(_ENTRY_MAGIC):header]:
+    if hashlib.sha256(payload).digest() != blob[len(_ENTRY_MAGIC) : header]:
         return None
     try:
         loaded = pickle.loads(payload)
@@ -281,7 +285,10 @@ def clean_command(argv) -> int:
     if not os.path.lexists(folder):
         return 0
     if os.path.islink(folder) or not os.path.isdir(folder) or not is_ours(folder):
-        print(f"torchlint: error: {folder} is not a torchlint cache (no torchlint CACHEDIR.TAG); left alone", file=sys.stderr)
+        print(
+            f"torchlint: error: {folder} is not a torchlint cache (no torchlint CACHEDIR.TAG); left alone",
+            file=sys.stderr,
+        )
         return 2
     foreign = _remove_layout(folder)
     if foreign:
@@ -309,7 +316,11 @@ def _remove_layout(folder: str) -> List[str]:
                     continue
                 for entry in os.listdir(shard_path):
                     entry_path = os.path.join(shard_path, entry)
-                    if (_ENTRY_NAME.match(entry) or _TEMP_NAME.match(entry)) and os.path.isfile(entry_path) and not os.path.islink(entry_path):
+                    if (
+                        (_ENTRY_NAME.match(entry) or _TEMP_NAME.match(entry))
+                        and os.path.isfile(entry_path)
+                        and not os.path.islink(entry_path)
+                    ):
                         _unlink(entry_path)
                     else:
                         foreign.append(entry_path)

@@ -3,6 +3,7 @@
 Exit codes: 0 no findings left (or all fixed); 1 findings remain, or
 ``--diff`` would change something; 2 a usage, configuration or internal error.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,8 +27,19 @@ from torchlint.project import ProjectFacts, Projects
 from torchlint.registry import all_rules
 from torchlint.reporters import MACHINE_FORMATS, ReportContext, printable_path, reporters
 from torchlint.rule import Diagnostic
-from torchlint.runner import ADD_NOQA, CHECK, DIFF, FIX, FileResult, Job, default_workers, fix_to_fixed_point, fixable_summary, run, run_text
-from torchlint.source import DEFAULT_MAX_BYTES, write_atomic
+from torchlint.runner import (
+    ADD_NOQA,
+    CHECK,
+    DIFF,
+    FIX,
+    FileResult,
+    Job,
+    default_workers,
+    fix_to_fixed_point,
+    fixable_summary,
+    run,
+    run_text,
+)
 from torchlint.selection import (
     Layer,
     SelectorError,
@@ -39,6 +51,7 @@ from torchlint.selection import (
     preview_selections,
     resolve,
 )
+from torchlint.source import DEFAULT_MAX_BYTES, write_atomic
 
 
 class UsageError(Exception):
@@ -56,12 +69,35 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("paths", nargs="*", help="files or directories to lint (default: .); `-` reads stdin")
     sel = parser.add_argument_group("rule selection")
-    sel.add_argument("--select", type=_codes, help="comma-separated codes or prefixes (TL101, TL1, ALL); replaces the configured selection")
-    sel.add_argument("--extend-select", type=_codes, action="append", default=[], help="add codes or prefixes to the selection")
+    sel.add_argument(
+        "--select",
+        type=_codes,
+        help="comma-separated codes or prefixes (TL101, TL1, ALL); replaces the configured selection",
+    )
+    sel.add_argument(
+        "--extend-select", type=_codes, action="append", default=[], help="add codes or prefixes to the selection"
+    )
     sel.add_argument("--ignore", type=_codes, action="append", default=[], help="codes or prefixes to leave out")
-    sel.add_argument("--per-file-ignores", action="append", default=[], metavar="GLOB:CODES", help="ignore codes in files matching GLOB (repeatable; !GLOB negates)")
-    sel.add_argument("--extend-per-file-ignores", action="append", default=[], metavar="GLOB:CODES", help="like --per-file-ignores, on top of the configured ones")
-    sel.add_argument("--preview", action="store_true", default=None, help="also run preview rules (those not yet measured into the stable set)")
+    sel.add_argument(
+        "--per-file-ignores",
+        action="append",
+        default=[],
+        metavar="GLOB:CODES",
+        help="ignore codes in files matching GLOB (repeatable; !GLOB negates)",
+    )
+    sel.add_argument(
+        "--extend-per-file-ignores",
+        action="append",
+        default=[],
+        metavar="GLOB:CODES",
+        help="like --per-file-ignores, on top of the configured ones",
+    )
+    sel.add_argument(
+        "--preview",
+        action="store_true",
+        default=None,
+        help="also run preview rules (those not yet measured into the stable set)",
+    )
     sel.add_argument("--no-preview", dest="preview", action="store_false")
     sel.add_argument("--target-torch", metavar="VERSION", help='the PyTorch version the code targets, e.g. "1.13"')
     fix = parser.add_argument_group("fixes")
@@ -74,37 +110,95 @@ def build_parser() -> argparse.ArgumentParser:
     fix.add_argument("--show-fixes", action="store_true", help="list what was fixed")
     fix.add_argument("--fixable", type=_codes, help="only these codes may be fixed")
     fix.add_argument("--unfixable", type=_codes, action="append", default=[], help="these codes are never fixed")
-    fix.add_argument("--add-noqa", nargs="?", const="", default=None, metavar="REASON", help="add `# noqa: CODE` to every failing line")
+    fix.add_argument(
+        "--add-noqa",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="REASON",
+        help="add `# noqa: CODE` to every failing line",
+    )
     fix.add_argument("--ignore-noqa", action="store_true", help="report findings that noqa comments suppress")
     out = parser.add_argument_group("output")
     out.add_argument("--output-format", choices=OUTPUT_FORMATS, default=os.environ.get("TORCHLINT_OUTPUT_FORMAT"))
-    out.add_argument("-o", "--output-file", default=os.environ.get("TORCHLINT_OUTPUT_FILE"), help="write the report to this file")
+    out.add_argument(
+        "-o", "--output-file", default=os.environ.get("TORCHLINT_OUTPUT_FILE"), help="write the report to this file"
+    )
     out.add_argument("--statistics", action="store_true", help="count findings per rule instead of listing them")
-    out.add_argument("--runtime-report", action="append", default=[], metavar="PATH",
-                     help="a torchlint-sanitize JSON report: join what the run measured with the findings (repeatable, one per rank)")
-    out.add_argument("-w", "--watch", action="store_true", help="lint again whenever a Python file or a config changes (Ctrl-C stops)")
-    out.add_argument("-e", "--exit-zero", action="store_true", help="exit 0 even when findings remain (2 still means an error)")
-    out.add_argument("--exit-non-zero-on-fix", action="store_true", help="exit 1 when any file was changed, even if nothing is left")
+    out.add_argument(
+        "--runtime-report",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help=(
+            "a torchlint-sanitize JSON report: join what the run measured with the findings (repeatable, one per rank)"
+        ),
+    )
+    out.add_argument(
+        "-w",
+        "--watch",
+        action="store_true",
+        help="lint again whenever a Python file or a config changes (Ctrl-C stops)",
+    )
+    out.add_argument(
+        "-e", "--exit-zero", action="store_true", help="exit 0 even when findings remain (2 still means an error)"
+    )
+    out.add_argument(
+        "--exit-non-zero-on-fix", action="store_true", help="exit 1 when any file was changed, even if nothing is left"
+    )
     out.add_argument("-q", "--quiet", action="store_true", help="print findings only, no summary")
     out.add_argument("-s", "--silent", action="store_true", help="print nothing; only the exit code")
-    out.add_argument("--color", choices=COLOR_CHOICES, default="auto",
-                     help="colour the text formats: auto (on a terminal, unless NO_COLOR is set or FORCE_COLOR is), always, never")
+    out.add_argument(
+        "--color",
+        choices=COLOR_CHOICES,
+        default="auto",
+        help="colour the text formats: auto (on a terminal, unless NO_COLOR is set or FORCE_COLOR is), always, never",
+    )
     files = parser.add_argument_group("files and configuration")
-    files.add_argument("--config", action="append", default=[], metavar="PATH|KEY=VALUE", help="a config file, or a TOML `key = value` override")
+    files.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="PATH|KEY=VALUE",
+        help="a config file, or a TOML `key = value` override",
+    )
     files.add_argument("--isolated", action="store_true", help="ignore every configuration file")
     files.add_argument("--stdin-filename", help="the path to report (and configure) stdin as")
     files.add_argument("--exclude", type=_codes, help="patterns to exclude, replacing the defaults")
-    files.add_argument("--extend-exclude", type=_codes, action="append", default=[], help="patterns to exclude on top of the defaults")
-    files.add_argument("--extend-include", type=_codes, action="append", default=[],
-                       help="file patterns to lint beside *.py, *.pyi and *.ipynb (e.g. '*.pyw')")
-    files.add_argument("--force-exclude", action="store_true", default=None, help="apply excludes to files named on the command line too")
+    files.add_argument(
+        "--extend-exclude", type=_codes, action="append", default=[], help="patterns to exclude on top of the defaults"
+    )
+    files.add_argument(
+        "--extend-include",
+        type=_codes,
+        action="append",
+        default=[],
+        help="file patterns to lint beside *.py, *.pyi and *.ipynb (e.g. '*.pyw')",
+    )
+    files.add_argument(
+        "--force-exclude",
+        action="store_true",
+        default=None,
+        help="apply excludes to files named on the command line too",
+    )
     files.add_argument("--no-respect-gitignore", dest="respect_gitignore", action="store_false", default=None)
     files.add_argument("--show-files", action="store_true", help="list the files that would be linted, then exit")
     files.add_argument("--show-settings", action="store_true", help="show the settings for the first file, then exit")
-    files.add_argument("--max-file-size", metavar="SIZE", help="files larger than this are one TL000, not linted (bytes, or e.g. 2MB; default 1MiB)")
+    files.add_argument(
+        "--max-file-size",
+        metavar="SIZE",
+        help="files larger than this are one TL000, not linted (bytes, or e.g. 2MB; default 1MiB)",
+    )
     files.add_argument("-j", "--jobs", type=int, default=None, help="worker processes (default: all cores)")
-    files.add_argument("-n", "--no-cache", action="store_true", help="lint every file again; do not read or write the result cache")
-    files.add_argument("--cache-dir", default=None, metavar="PATH", help=f"where the result cache lives (default: ${CACHE_DIR_ENV}, else ./{DEFAULT_DIR})")
+    files.add_argument(
+        "-n", "--no-cache", action="store_true", help="lint every file again; do not read or write the result cache"
+    )
+    files.add_argument(
+        "--cache-dir",
+        default=None,
+        metavar="PATH",
+        help=f"where the result cache lives (default: ${CACHE_DIR_ENV}, else ./{DEFAULT_DIR})",
+    )
     parser.add_argument("--version", action="version", version=f"torchlint {__version__}")
     return parser
 
@@ -158,7 +252,13 @@ class Settings:
             return config
         key = id(config)
         if key not in self._configs:
-            merged = Config(**{**config.__dict__, "per_file_ignores": dict(config.per_file_ignores), "rule_options": dict(config.rule_options)})
+            merged = Config(
+                **{
+                    **config.__dict__,
+                    "per_file_ignores": dict(config.per_file_ignores),
+                    "rule_options": dict(config.rule_options),
+                }
+            )
             apply_table(merged, self.overrides, "--config", self.rules)
             self._configs[key] = merged
         return self._configs[key]
@@ -199,14 +299,20 @@ class Settings:
 
     def warn_if_only_preview_selected(self) -> None:
         if self.enabled_only_with_preview and not self.enabled_any:
-            self.warn("No rule is enabled: the selected rules are all in preview. "
-                      "Use `--preview` (or `preview = true` under [tool.torchlint]) to run them.")
+            self.warn(
+                "No rule is enabled: the selected rules are all in preview. "
+                "Use `--preview` (or `preview = true` under [tool.torchlint]) to run them."
+            )
 
     def file_options(self, path: str) -> FileOptions:
         config = self.config_for(path)
         ignores = parse_per_file_ignores(config.per_file_ignores, config.root, self.rules) + self.cli_ignores
         skipped = ignored_for(path, ignores)
-        project = self.projects.for_path(path).facts(read_config=not self.args.isolated) if path and path != "-" else ProjectFacts()
+        project = (
+            self.projects.for_path(path).facts(read_config=not self.args.isolated)
+            if path and path != "-"
+            else ProjectFacts()
+        )
         key = (id(config), skipped, project.root)
         cached = self._options.get(key)
         if cached is None:
@@ -263,17 +369,19 @@ def _parse_override(entry: str) -> Dict[str, object]:
     try:
         import tomllib
     except ImportError:  # pragma: no cover
-        import tomli as tomllib  # type: ignore[no-redef]
+        import tomli as tomllib
     try:
         return tomllib.loads(entry)
     except Exception as exc:
-        raise UsageError(f"--config {entry!r}: neither a file nor a valid `key = value` TOML override ({exc})") from None
-
+        raise UsageError(
+            f"--config {entry!r}: neither a file nor a valid `key = value` TOML override ({exc})"
+        ) from None
 
 
 def settings_from(argv: Sequence[str]) -> "Settings":
     """The settings ``torchlint check ARGS`` would resolve (the language server's)."""
     return Settings(build_parser().parse_args(list(argv)))
+
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -291,7 +399,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         except ImportError as exc:
             if exc.name not in ("pygls", "lsprotocol") and not str(exc.name).startswith(("pygls.", "lsprotocol.")):
                 raise
-            print("torchlint: error: `torchlint server` needs the server extra: pip install 'torchlint[server]'", file=sys.stderr)
+            print(
+                "torchlint: error: `torchlint server` needs the server extra: pip install 'torchlint[server]'",
+                file=sys.stderr,
+            )
             return 2
         return server_main(argv[1:], settings_from)
     args = build_parser().parse_args(argv)
@@ -340,8 +451,11 @@ def _watch(args: argparse.Namespace) -> int:
 
     paths = args.paths or ["."]
     if "-" in paths or _mode(args) != CHECK:
-        print("torchlint: error: --watch lints files: it cannot read stdin or be combined with --fix, --diff or --add-noqa",
-              file=sys.stderr)
+        print(
+            "torchlint: error: --watch lints files: "
+            "it cannot read stdin or be combined with --fix, --diff or --add-noqa",
+            file=sys.stderr,
+        )
         return 2
     missing = [path for path in paths if not os.path.exists(path)]
     if missing:
@@ -378,10 +492,19 @@ def _check(args: argparse.Namespace) -> int:
         target = files[0] if files else "."
         config = settings.config_for(target)
         options = settings.file_options(target)
-        print(json.dumps({
-            "file": target, "config": config.path, "preview": settings.preview(config), "target-torch": _describe_torch(options),
-            "enabled": sorted(r.code for r in options.rules), "rule-options": options.rule_options,
-        }, indent=2))
+        print(
+            json.dumps(
+                {
+                    "file": target,
+                    "config": config.path,
+                    "preview": settings.preview(config),
+                    "target-torch": _describe_torch(options),
+                    "enabled": sorted(r.code for r in options.rules),
+                    "rule-options": options.rule_options,
+                },
+                indent=2,
+            )
+        )
         return 0
     _refuse_source_as_output(args, files)
     jobs = []
@@ -395,8 +518,17 @@ def _check(args: argparse.Namespace) -> int:
             # project) costs its own subtree, not the run.
             broken_configs[str(exc)] = broken_configs.get(str(exc), 0) + 1
             continue
-        jobs.append(Job(path, options, mode, settings.unsafe_fixes(config), settings.fixable(config),
-                        args.add_noqa or None, settings.max_bytes(config)))
+        jobs.append(
+            Job(
+                path,
+                options,
+                mode,
+                settings.unsafe_fixes(config),
+                settings.fixable(config),
+                args.add_noqa or None,
+                settings.max_bytes(config),
+            )
+        )
     settings.warn_if_only_preview_selected()
     workers = args.jobs if args.jobs is not None else default_workers()
     cache = ResultCache(args.cache_dir) if mode == CHECK and not args.no_cache else None
@@ -410,7 +542,10 @@ def _check(args: argparse.Namespace) -> int:
     unsafe = settings.unsafe_fixes(settings.config_for(os.path.join(os.getcwd(), "x.py")))
     code = _finish(args, results, mode, unsafe, sys.stdout, report_to)
     for message, count in broken_configs.items():
-        print(f"torchlint: error: {message} ({count} file{'s' if count != 1 else ''} under it not linted)", file=sys.stderr)
+        print(
+            f"torchlint: error: {message} ({count} file{'s' if count != 1 else ''} under it not linted)",
+            file=sys.stderr,
+        )
     return 2 if broken_configs else code
 
 
@@ -485,7 +620,14 @@ def _check_stdin(args: argparse.Namespace, settings: Settings, mode: str) -> int
     except sources.DecodeError as exc:
         if source_out:
             _write_source(data)
-        return _finish(args, [FileResult(path, [syntax_error(path, f"cannot decode stdin: {exc}")])], CHECK, False, stream, report_to)
+        return _finish(
+            args,
+            [FileResult(path, [syntax_error(path, f"cannot decode stdin: {exc}")])],
+            CHECK,
+            False,
+            stream,
+            report_to,
+        )
     options = settings.file_options(path if path != "-" else "stdin.py")
     settings.warn_if_only_preview_selected()
     job = Job(path, options, mode, settings.unsafe_fixes(config), settings.fixable(config), args.add_noqa or None)
@@ -507,7 +649,14 @@ def _write_source(data: bytes) -> None:
     sys.stdout.buffer.flush()
 
 
-def _finish(args: argparse.Namespace, results: List[FileResult], mode: str, unsafe: bool, stream: TextIO, report_to: Optional[TextIO] = None) -> int:
+def _finish(
+    args: argparse.Namespace,
+    results: List[FileResult],
+    mode: str,
+    unsafe: bool,
+    stream: TextIO,
+    report_to: Optional[TextIO] = None,
+) -> int:
     diagnostics: List[Diagnostic] = sorted((d for r in results for d in r.diagnostics), key=Diagnostic.sort_key)
     internal = [e for r in results for e in r.errors]
     fix_errors = [(r.path, r.fix_error) for r in results if r.fix_error]
@@ -517,8 +666,9 @@ def _finish(args: argparse.Namespace, results: List[FileResult], mode: str, unsa
     if args.runtime_report:
         from torchlint import runtime_join
 
-        ctx.runtime = runtime_join.join(diagnostics, runtime_join.load_reports(args.runtime_report),
-                                        linted=[r.path for r in results])
+        ctx.runtime = runtime_join.join(
+            diagnostics, runtime_join.load_reports(args.runtime_report), linted=[r.path for r in results]
+        )
         diagnostics = runtime_join.sort_measured_first(diagnostics, ctx.runtime)
     handle = report_to
     out: TextIO = handle if handle is not None else stream
@@ -537,7 +687,11 @@ def _finish(args: argparse.Namespace, results: List[FileResult], mode: str, unsa
         if handle is not None:
             handle.close()
     for error in internal:
-        print(f"torchlint: error: {printable_path(error.path)}: internal error in rule {error.rule}; please report it:\n{error.traceback}", file=sys.stderr)
+        print(
+            f"torchlint: error: {printable_path(error.path)}: internal error in rule {error.rule}; "
+            f"please report it:\n{error.traceback}",
+            file=sys.stderr,
+        )
     for path, reason in fix_errors:
         print(f"torchlint: error: {printable_path(path)}: {reason}", file=sys.stderr)
     if internal:
@@ -565,7 +719,10 @@ def _report(args, results, diagnostics, ctx, out, mode, unsafe, output_format, f
         _, unsafe_only = fixable_summary(results, unsafe)
         if not quiet:
             extra = f" ({unsafe_only} additional fixes available with `--unsafe-fixes`)" if unsafe_only else ""
-            print(f"Would fix {would} error{'s' if would != 1 else ''}{extra}." if would else "No errors would be fixed.", file=sys.stderr)
+            print(
+                f"Would fix {would} error{'s' if would != 1 else ''}{extra}." if would else "No errors would be fixed.",
+                file=sys.stderr,
+            )
         return
     if mode == ADD_NOQA:
         added = sum(r.noqa_added for r in results)
@@ -593,7 +750,11 @@ def _report(args, results, diagnostics, ctx, out, mode, unsafe, output_format, f
         remaining = f" ({fixed_total} fixed, {len(diagnostics)} remaining)" if fixed_total else ""
         total = len(diagnostics) + fixed_total
         out.write(f"Found {total} error{'s' if total != 1 else ''}{remaining}.\n")
-        hint = f" ({unsafe_only} unsafe fix{'es' if unsafe_only != 1 else ''} available with `--fix --unsafe-fixes`)" if unsafe_only else ""
+        hint = (
+            f" ({unsafe_only} unsafe fix{'es' if unsafe_only != 1 else ''} available with `--fix --unsafe-fixes`)"
+            if unsafe_only
+            else ""
+        )
         if fixable:
             out.write(f"[*] {fixable} fixable with `--fix`{hint}.\n")
         elif unsafe_only:
@@ -604,7 +765,10 @@ def _report(args, results, diagnostics, ctx, out, mode, unsafe, output_format, f
         out.write("No lint findings, but the run found the problems listed above.\n")
     elif any(r.errors for r in results):
         unchecked = sum(1 for r in results if r.errors)
-        out.write(f"No findings, but {unchecked} file{'s' if unchecked != 1 else ''} could not be fully checked (see the errors).\n")
+        out.write(
+            f"No findings, but {unchecked} file{'s' if unchecked != 1 else ''} "
+            "could not be fully checked (see the errors).\n"
+        )
     else:
         out.write("All checks passed!\n")
 
@@ -617,7 +781,14 @@ def _statistics(diagnostics: Sequence[Diagnostic], unsafe: bool, output_format: 
     names = {d.code: d.name for d in diagnostics}
     rows = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
     if output_format in ("json", "json-lines"):
-        json.dump([{"code": c, "name": names[c], "count": n, "fixable": fixable[c] > 0, "fixable_count": fixable[c]} for c, n in rows], out, indent=2)
+        json.dump(
+            [
+                {"code": c, "name": names[c], "count": n, "fixable": fixable[c] > 0, "fixable_count": fixable[c]}
+                for c, n in rows
+            ],
+            out,
+            indent=2,
+        )
         out.write("\n")
         return
     width = max((len(str(n)) for _, n in rows), default=1)

@@ -7,9 +7,10 @@ defaults, batch provenance, CUDA-availability guards) into the file's
 ``FileModel`` and ``ModuleFacts``. Rules never write facts; they query the
 model (``torchlint.model``).
 """
+
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Dict, List, Optional
+from typing import TYPE_CHECKING, Dict, List, Optional, Union
 
 import libcst as cst
 
@@ -108,9 +109,10 @@ class Collector:
             if isinstance(node.target, cst.Name):
                 # ``for v in t``: each ``v`` is an element of ``t`` (a tensor's
                 # elements are tensors on its device)
-                self._bind(node.target.value, cst.Subscript(
-                    value=node.iter, slice=[cst.SubscriptElement(cst.Index(cst.Integer("0")))]
-                ))
+                self._bind(
+                    node.target.value,
+                    cst.Subscript(value=node.iter, slice=[cst.SubscriptElement(cst.Index(cst.Integer("0")))]),
+                )
         self.facts.loops[id(node)] = info
         return info
 
@@ -168,10 +170,16 @@ class Collector:
                 for arg in node.args:
                     if arg.keyword is not None:
                         self.facts.set_defaults[arg.keyword.value] = arg.value
-            elif callee is None and isinstance(func.value, cst.Name) and (func.value.value in self.names.aliases or func.value.value in self.names.relative):
+            elif (
+                callee is None
+                and isinstance(func.value, cst.Name)
+                and (func.value.value in self.names.aliases or func.value.value in self.names.relative)
+            ):
                 # ``engine.train_one_epoch(...)``: a function of an imported module
                 if node.args:
-                    self.facts.call_records.append(CallRecord(attr, node, self.function, self._argument_loaders(node), imported=True))
+                    self.facts.call_records.append(
+                        CallRecord(attr, node, self.function, self._argument_loaders(node), imported=True)
+                    )
         if self.loop is not None and not self.loop.pulls_batches and self.facts.pulls_batch(node):
             self.loop.pulls_batches = True
         if callee is not None:
@@ -192,7 +200,9 @@ class Collector:
                 tensors = {
                     id(arg.value)
                     for arg in node.args
-                    if isinstance(arg.value, cst.Name) and not arg.star and tensor_evidence(self.model, arg.value) is True
+                    if isinstance(arg.value, cst.Name)
+                    and not arg.star
+                    and tensor_evidence(self.model, arg.value) is True
                 }
                 self.facts.call_records.append(
                     CallRecord(callee, node, function, self._argument_loaders(node), method=method, tensors=tensors)
@@ -223,7 +233,7 @@ class Collector:
 
     def enter_with(self, node: cst.With) -> None:
         if self.function is not None and any(is_no_grad_item(self.model, item.item) for item in node.items):
-            function = self.function
+            function: Optional[FunctionInfo] = self.function
             while function is not None:
                 function.uses_no_grad = True
                 function = function.parent
@@ -272,7 +282,11 @@ class Collector:
                 self.facts.data_names.add(target)
             elif last_name(value.func) == "dict":
                 self.facts.dict_literals[target] = value
-            elif last_name(value.func) in ("iter", "enumerate") and value.args and self.facts.is_data_source(value.args[0].value):
+            elif (
+                last_name(value.func) in ("iter", "enumerate")
+                and value.args
+                and self.facts.is_data_source(value.args[0].value)
+            ):
                 self.facts.data_names.add(target)
         elif isinstance(value, cst.Dict):
             self.facts.dict_literals[target] = value
@@ -295,8 +309,9 @@ class Collector:
             block = stack[index]
             if isinstance(block, (cst.FunctionDef, cst.ClassDef, cst.For, cst.While, cst.Lambda)):
                 return False
-            if isinstance(block, (cst.Else, cst.If)) and isinstance(stack[index - 1], cst.If) and stack[index - 1].orelse is block:
-                body = stack[index - 1].body.body
+            parent = stack[index - 1]
+            if isinstance(block, (cst.Else, cst.If)) and isinstance(parent, cst.If) and parent.orelse is block:
+                body = parent.body.body
                 return any(
                     isinstance(line, cst.SimpleStatementLine)
                     and any(isinstance(small, cst.Assign) and small.value is previous for small in line.body)
@@ -383,8 +398,11 @@ class Collector:
 
     def _record_argument(self, call: cst.Call) -> None:
         """``parser.add_argument("--pin-mem", action="store_true")`` -> pin_mem: False."""
-        flags = [a.value.evaluated_value for a in call.args if a.keyword is None and isinstance(a.value, cst.SimpleString)]
+        flags = [
+            a.value.evaluated_value for a in call.args if a.keyword is None and isinstance(a.value, cst.SimpleString)
+        ]
         dest_arg = keyword(call, "dest")
+        dest: Union[str, bytes, None]
         if dest_arg is not None and isinstance(dest_arg.value, cst.SimpleString):
             dest = dest_arg.value.evaluated_value
         else:

@@ -4,6 +4,7 @@ Keys use ruff's kebab-case spellings. An unknown key or a bad value is a
 ``ConfigError`` whose message names the file, the key and the reason; the CLI
 prints it on one line and exits 2.
 """
+
 from __future__ import annotations
 
 import os
@@ -70,13 +71,15 @@ _BOOL_KEYS = {
 }
 _TABLE_KEYS = {"per-file-ignores", "extend-per-file-ignores"}
 _SELECTOR_KEYS = {"select", "extend-select", "ignore", "fixable", "unfixable"}
-KNOWN_KEYS = sorted(set(_LIST_KEYS) | set(_BOOL_KEYS) | _TABLE_KEYS | {"output-format", "target-torch", "max-file-size", "rules"})
+KNOWN_KEYS = sorted(
+    set(_LIST_KEYS) | set(_BOOL_KEYS) | _TABLE_KEYS | {"output-format", "target-torch", "max-file-size", "rules"}
+)
 
 
 def parse_version(text: str) -> Tuple[int, int]:
     match = re.match(r"^\s*(\d+)\.(\d+)", str(text))
     if not match:
-        raise ValueError(f"expected a version like \"2.4\", got {text!r}")
+        raise ValueError(f'expected a version like "2.4", got {text!r}')
     return int(match.group(1)), int(match.group(2))
 
 
@@ -91,7 +94,7 @@ def parse_size(value: Any) -> int:
     else:
         match = _SIZE.match(value) if isinstance(value, str) else None
         if match is None:
-            raise ValueError(f"expected a number of bytes or a size such as \"2MB\", got {value!r}")
+            raise ValueError(f'expected a number of bytes or a size such as "2MB", got {value!r}')
         size = int(match.group(1)) * _UNITS[(match.group(2) or "B").upper()]
     if size <= 0:
         raise ValueError(f"expected a size above zero, got {value!r}")
@@ -151,13 +154,17 @@ def apply_table(config: Config, table: Dict[str, Any], where: str, rules: Dict[s
                 config.per_file_ignores.setdefault(pattern, []).extend(codes)
         elif key == "output-format":
             if value not in OUTPUT_FORMATS:
-                raise ConfigError(f"{where}: output-format: unknown format {value!r}; expected one of {', '.join(OUTPUT_FORMATS)}")
+                raise ConfigError(
+                    f"{where}: output-format: unknown format {value!r}; expected one of {', '.join(OUTPUT_FORMATS)}"
+                )
             config.output_format = value
         elif key == "target-torch":
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 # TOML reads 2.10 as the number 2.1: the minor version would be lost.
-                raise ConfigError(f"{where}: target-torch: {value!r} is a TOML number, which cannot tell 2.1 from 2.10; "
-                                  f"write the version as a string, e.g. target-torch = \"2.10\"")
+                raise ConfigError(
+                    f"{where}: target-torch: {value!r} is a TOML number, which cannot tell 2.1 from 2.10; "
+                    f'write the version as a string, e.g. target-torch = "2.10"'
+                )
             try:
                 config.target_torch = parse_version(value)
             except ValueError as exc:

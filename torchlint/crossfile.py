@@ -19,6 +19,7 @@ it: the engine's ``loader_for`` asks it, so a loader built in ``main.py`` and
 iterated in ``engine.py`` is one loader to every rule. The CLI, its workers
 and the flake8 plugin all index the same tree, so they report the same.
 """
+
 from __future__ import annotations
 
 import os
@@ -65,7 +66,9 @@ class ProjectAnalysis:
     Every question marks the project as consulted, so the result cache
     knows which results depend on other files (``Projects.consulted``)."""
 
-    def __init__(self, projects: Projects, project: Project, parse: Callable[[str, str], Optional[Tuple[str, cst.Module]]]) -> None:
+    def __init__(
+        self, projects: Projects, project: Project, parse: Callable[[str, str], Optional[Tuple[str, cst.Module]]]
+    ) -> None:
         self.projects = projects
         self.project = project
         self._parse = parse
@@ -127,8 +130,15 @@ class ProjectAnalysis:
                     if loader is None or arg.star:
                         continue
                     key: Union[int, str] = arg.keyword.value if arg.keyword is not None else position
+                    assert loader.call is not None  # a loader of this module
                     row = _row(ctx.source, loader.call)
-                    index.add(callee, function, PassedLoader(key, loader.pinned, f"{os.path.basename(path)}:{row}", uses_default_collate(loader.call)))
+                    index.add(
+                        callee,
+                        function,
+                        PassedLoader(
+                            key, loader.pinned, f"{os.path.basename(path)}:{row}", uses_default_collate(loader.call)
+                        ),
+                    )
         return index
 
     # -- a parameter no call in the file binds: the loader other files pass for it
@@ -142,14 +152,23 @@ class ProjectAnalysis:
         if not passed:
             return None
         matching = [
-            p for p in passed if p.key == param or (isinstance(p.key, int) and p.key < len(function.params) and function.params[p.key] == param)
+            p
+            for p in passed
+            if p.key == param
+            or (isinstance(p.key, int) and p.key < len(function.params) and function.params[p.key] == param)
         ]
         if not matching:
             return None
         chosen = next((p for p in matching if p.pinned), matching[0])
         return LoaderInfo(
-            call=None, target=param, pinned=chosen.pinned, num_workers=None, sampler=None, function=None,  # type: ignore[arg-type]
-            where=chosen.where, default_collate=chosen.default_collate,
+            call=None,
+            target=param,
+            pinned=chosen.pinned,
+            num_workers=None,
+            sampler=None,
+            function=None,
+            where=chosen.where,
+            default_collate=chosen.default_collate,
         )
 
     # -- the other direction: does the function a loader is passed to copy its batches?
@@ -302,7 +321,9 @@ class ProjectAnalysis:
         return cst.parse_expression(literal) if literal else None
 
     # -- return values: ``a, b, train_loader, val_loader = build_loader(cfg)`` from another file
-    def returned_loader(self, path: str, names, call: cst.Call, position: Optional[int], depth: int = 0) -> Optional["LoaderInfo"]:
+    def returned_loader(
+        self, path: str, names, call: cst.Call, position: Optional[int], depth: int = 0
+    ) -> Optional["LoaderInfo"]:
         """The loader a function imported from another file of the project
         returns (at ``position`` of a returned tuple, or as its whole value),
         followed through functions that return another imported function's
@@ -327,7 +348,9 @@ class ProjectAnalysis:
         memo[key] = found
         return found
 
-    def _loader_returned_by(self, ctx: FileModel, path: str, function: str, position: Optional[int], depth: int) -> Optional["LoaderInfo"]:
+    def _loader_returned_by(
+        self, ctx: FileModel, path: str, function: str, position: Optional[int], depth: int
+    ) -> Optional["LoaderInfo"]:
         facts = ctx.facts
         for info in facts.functions.get(function, ()):
             if info.class_name is not None or info.parent is not None:
@@ -351,7 +374,9 @@ class ProjectAnalysis:
                     continue
                 loader = facts.loader_for(value, info)
                 if loader is not None and loader.call is not None:
-                    where = loader.where or f"{os.path.relpath(path, self.project.root)}:{_row(ctx.source, loader.call)}"
+                    where = (
+                        loader.where or f"{os.path.relpath(path, self.project.root)}:{_row(ctx.source, loader.call)}"
+                    )
                     return replace(loader, where=where)
         return None
 
@@ -365,11 +390,13 @@ def _row(text: str, node: cst.CSTNode) -> int:
     return text.count("\n", 0, offset) + 1 if offset >= 0 else 1
 
 
-def _hot_call_in(other_ctx: FileModel, other: str, target: str, function: "FunctionInfo", files: Set[str]) -> Optional[str]:
+def _hot_call_in(
+    other_ctx: FileModel, other: str, target: str, function: "FunctionInfo", files: Set[str]
+) -> Optional[str]:
     facts = other_ctx.facts
     names = other_ctx.names
 
-    def names_target(node: cst.CSTNode, wanted: str) -> bool:
+    def names_target(node: cst.CSTNode, wanted: Optional[str]) -> bool:
         qualified = names.imported_name(node)
         if not qualified or "." not in qualified.lstrip("."):
             return False
@@ -392,7 +419,9 @@ def _hot_call_in(other_ctx: FileModel, other: str, target: str, function: "Funct
 
 
 _CONFIG_KEY = re.compile(r"^[A-Z][A-Z0-9_]*$")
-_CONFIG_LINE = re.compile(r"^[A-Za-z_]\w*((?:\.[A-Z][A-Z0-9_]*)+)\s*=\s*(True|False|None|-?\d+(?:\.\d+)?)\s*(?:#.*)?$", re.M)
+_CONFIG_LINE = re.compile(
+    r"^[A-Za-z_]\w*((?:\.[A-Z][A-Z0-9_]*)+)\s*=\s*(True|False|None|-?\d+(?:\.\d+)?)\s*(?:#.*)?$", re.M
+)
 
 
 def _config_defaults(texts: Dict[str, str]) -> Dict[str, str]:

@@ -7,6 +7,7 @@ what ``.gitignore`` files ignore. A file named on the command line is always
 linted, unless ``--force-exclude`` is given (pre-commit passes every file by
 name, which is why its hook uses that flag).
 """
+
 from __future__ import annotations
 
 import fnmatch
@@ -17,10 +18,34 @@ from typing import Iterator, List, Optional, Sequence, Tuple
 from torchlint import gitignore
 
 DEFAULT_EXCLUDES = (
-    ".bzr", ".direnv", ".eggs", ".git", ".git-rewrite", ".hg", ".ipynb_checkpoints", ".mypy_cache",
-    ".nox", ".pants.d", ".pyenv", ".pytest_cache", ".pytype", ".ruff_cache", ".svn", ".tox",
-    ".torchlint_cache", ".venv", ".vscode", "__pypackages__", "__pycache__", "_build", "buck-out",
-    "build", "dist", "node_modules", "site-packages", "venv",
+    ".bzr",
+    ".direnv",
+    ".eggs",
+    ".git",
+    ".git-rewrite",
+    ".hg",
+    ".ipynb_checkpoints",
+    ".mypy_cache",
+    ".nox",
+    ".pants.d",
+    ".pyenv",
+    ".pytest_cache",
+    ".pytype",
+    ".ruff_cache",
+    ".svn",
+    ".tox",
+    ".torchlint_cache",
+    ".venv",
+    ".vscode",
+    "__pypackages__",
+    "__pycache__",
+    "_build",
+    "buck-out",
+    "build",
+    "dist",
+    "node_modules",
+    "site-packages",
+    "venv",
 )
 EXTENSIONS = (".py", ".pyi", ".ipynb")
 
@@ -52,14 +77,18 @@ def _excluded(path: str, options: DiscoveryOptions) -> bool:
         if "/" not in pattern:
             if fnmatch.fnmatchcase(name, pattern):
                 return True
-        elif fnmatch.fnmatchcase(relative, pattern.lstrip("/")) or fnmatch.fnmatchcase(absolute.replace(os.sep, "/"), pattern):
+        elif fnmatch.fnmatchcase(relative, pattern.lstrip("/")) or fnmatch.fnmatchcase(
+            absolute.replace(os.sep, "/"), pattern
+        ):
             return True
     return False
 
 
 def _included(path: str, options: DiscoveryOptions) -> bool:
     """Does an ``extend-include`` pattern take this file? Patterns match as excludes do."""
-    return bool(options.extend_include) and _excluded(path, DiscoveryOptions(exclude=list(options.extend_include), root=options.root))
+    return bool(options.extend_include) and _excluded(
+        path, DiscoveryOptions(exclude=list(options.extend_include), root=options.root)
+    )
 
 
 def _force_excluded(path: str, options: DiscoveryOptions) -> bool:

@@ -1,4 +1,5 @@
 """Rule documentation, rendered from each rule's docstring (the one source)."""
+
 from __future__ import annotations
 
 import json
@@ -33,7 +34,7 @@ def anchor(rule: Type[Rule]) -> str:
 
 
 def status_label(rule: Type[Rule]) -> str:
-    """"Stable, on by default", "Stable, opt-in" or "Preview" (with "opt-in")."""
+    """\"Stable, on by default", "Stable, opt-in" or "Preview" (with "opt-in")."""
     opt_in = "" if rule.default_enabled else ", opt-in"
     if lifecycle.is_preview(rule):
         return f"Preview{opt_in}"
@@ -56,7 +57,10 @@ def render_markdown(rule: Type[Rule], heading: str = "#") -> str:
     lines.append(_demote(body, heading).rstrip())
     if rule.options and "## Options" not in rule.doc():
         lines += ["", f"{heading}# Options", ""]
-        lines += [f"- `{key}` ({opt.type.__name__}, default `{json.dumps(opt.default)}`): {opt.doc}" for key, opt in rule.options.items()]
+        lines += [
+            f"- `{key}` ({opt.type.__name__}, default `{json.dumps(opt.default)}`): {opt.doc}"
+            for key, opt in rule.options.items()
+        ]
     shown = finding_shown(rule)
     if shown:
         lines += ["", f"{heading}# What a finding shows", "", shown]
@@ -89,11 +93,15 @@ def finding_shown(rule: Type[Rule]) -> str:
     out = io.StringIO()
     full(found[:1], ReportContext(cwd="/", texts={path: source}), out)
     if found[0].evidence:
-        intro = ("Each finding lists the facts it rests on, each with its place: `note:` lines in the `full` "
-                 "output format, an `evidence` list in `json`, `json-lines` and SARIF. On the example above:")
+        intro = (
+            "Each finding lists the facts it rests on, each with its place: `note:` lines in the `full` "
+            "output format, an `evidence` list in `json`, `json-lines` and SARIF. On the example above:"
+        )
     else:
-        intro = ("Findings of this rule carry no evidence yet: the message and its line are all they show. "
-                 "On the example above:")
+        intro = (
+            "Findings of this rule carry no evidence yet: the message and its line are all they show. "
+            "On the example above:"
+        )
     return f"{intro}\n\n```text\n{out.getvalue().rstrip()}\n```"
 
 
@@ -121,7 +129,10 @@ def rule_table(rules: Iterable[Type[Rule]], page: str = "docs/rules.md") -> str:
     """The table of every rule; each code links to its section of ``page`` (from the README by default)."""
     rows = ["| Code | Name | Status | Fix | Summary |", "| --- | --- | --- | --- | --- |"]
     for rule in rules:
-        rows.append(f"| [{rule.code}]({page}#{anchor(rule)}) | `{rule.name}` | {table_status(rule)} | {fix_safety_label(rule)} | {rule.summary} |")
+        rows.append(
+            f"| [{rule.code}]({page}#{anchor(rule)}) | `{rule.name}` | {table_status(rule)} "
+            f"| {fix_safety_label(rule)} | {rule.summary} |"
+        )
     return "\n".join(rows)
 
 

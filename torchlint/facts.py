@@ -7,6 +7,7 @@ each one runs once per batch, its DataLoaders, dict literals passed as
 complete only when the walk ends, which is why rules that depend on them
 collect candidates and decide in ``finish()``.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -124,7 +125,7 @@ class TrainingStep:
 class LoaderInfo:
     """A ``DataLoader(...)`` call and where its result is stored."""
 
-    call: cst.Call
+    call: Optional[cst.Call]  # None for a loader passed in from another file
     target: Optional[str]  # dotted name it is assigned to, if any
     pinned: Optional[bool]  # True / False / None when it can't be seen
     num_workers: Optional[cst.BaseExpression]
@@ -142,7 +143,9 @@ def uses_default_collate(call: Optional[cst.Call]) -> bool:
     if call is None:
         return False
     positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
-    return len(positional) <= 6 and not any(arg.star or (arg.keyword is not None and arg.keyword.value == "collate_fn") for arg in call.args)
+    return len(positional) <= 6 and not any(
+        arg.star or (arg.keyword is not None and arg.keyword.value == "collate_fn") for arg in call.args
+    )
 
 
 def _short(node: cst.CSTNode, depth: int = 0) -> str:
@@ -360,7 +363,9 @@ class ModuleFacts:
             and self.is_data_source(func.value)
         )
 
-    def loader_for(self, node: cst.CSTNode, function: Optional[FunctionInfo] = None, _depth: int = 0) -> Optional[LoaderInfo]:
+    def loader_for(
+        self, node: cst.CSTNode, function: Optional[FunctionInfo] = None, _depth: int = 0
+    ) -> Optional[LoaderInfo]:
         """The DataLoader whose batches iterating ``node`` (in ``function``)
         yields, if visible: a loader bound in the same scope, a module-level
         one, one stored on ``self``, or, for a parameter, the loader every
@@ -379,11 +384,17 @@ class ModuleFacts:
         if dotted is None:
             return None
         if dotted.startswith("self."):
-            matches = [l for l in self.loaders if l.target == dotted]
+            matches = [candidate for candidate in self.loaders if candidate.target == dotted]
             if not matches:
-                matches = [l for l in self.loaders if l.target and l.target.split(".")[-1] == dotted.split(".")[-1]]
+                matches = [
+                    candidate
+                    for candidate in self.loaders
+                    if candidate.target and candidate.target.split(".")[-1] == dotted.split(".")[-1]
+                ]
             return matches[-1] if matches else None
-        same_scope = [l for l in self.loaders if l.target == dotted and l.function is function]
+        same_scope = [
+            candidate for candidate in self.loaders if candidate.target == dotted and candidate.function is function
+        ]
         if same_scope:
             return same_scope[-1]
         returned = self.returned.get((id(function.node) if function is not None else 0, dotted))
@@ -401,9 +412,13 @@ class ModuleFacts:
             passed = self.analysis.loader_passed(self.path, function, dotted) if self.analysis is not None else None
             if passed is not None:
                 return passed
-            built = [l for l in self.loaders if l.target == dotted and l.function is not None]
+            built = [
+                candidate for candidate in self.loaders if candidate.target == dotted and candidate.function is not None
+            ]
             return built[-1] if built else None
-        module_level = [l for l in self.loaders if l.target == dotted and l.function is None]
+        module_level = [
+            candidate for candidate in self.loaders if candidate.target == dotted and candidate.function is None
+        ]
         return module_level[-1] if module_level else None
 
     def calls_of(self, name: str) -> List["CallRecord"]:
@@ -449,7 +464,7 @@ class ModuleFacts:
                 found.append(loader)
         if not found:
             return None
-        pinned = [l for l in found if l.pinned]
+        pinned = [candidate for candidate in found if candidate.pinned]
         return pinned[0] if pinned else found[0]
 
     def yields_first_argument(self, call: cst.Call) -> bool:
@@ -458,7 +473,11 @@ class ModuleFacts:
         name = last_name(call.func)
         if name in ITERATES_ARGUMENT:
             return True
-        return name not in NOT_BATCHES and not (name or "").endswith("DataLoader") and self.is_data_source(call.args[0].value)
+        return (
+            name not in NOT_BATCHES
+            and not (name or "").endswith("DataLoader")
+            and self.is_data_source(call.args[0].value)
+        )
 
 
 @dataclass(eq=False)
@@ -497,7 +516,9 @@ class CallRecord:
 def does_per_item_work(function: cst.FunctionDef) -> bool:
     """Does fetching one item (a ``__getitem__``) read, decode or transform a sample?"""
 
-    return any(isinstance(sub, cst.Call) and last_name(sub.func) in PER_ITEM_WORK for sub in iter_subtree(function.body))
+    return any(
+        isinstance(sub, cst.Call) and last_name(sub.func) in PER_ITEM_WORK for sub in iter_subtree(function.body)
+    )
 
 
 def is_dataloader_call(names: ImportTable, call: cst.Call) -> bool:

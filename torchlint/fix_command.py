@@ -1,6 +1,7 @@
 """The sanitizer's closing hint: the one ``torchlint`` command that fixes
 what a run measured. It lints the files the run's findings point at, as the
 CLI would, so it sits above the CLI (``runtime_join`` stays below it)."""
+
 from __future__ import annotations
 
 import os
@@ -22,7 +23,10 @@ def fix_command(findings: Sequence[Dict[str, Any]], cwd: Optional[str] = None) -
     keeps only the rules whose static findings at those measured lines carry a fix.
     """
     cwd = cwd or os.getcwd()
-    codes = sorted({f["rule"] for f in findings if f.get("rule")} | (SYNC_RULES if any(f.get("kind") == "sync" for f in findings) else set()))
+    codes = sorted(
+        {f["rule"] for f in findings if f.get("rule")}
+        | (SYNC_RULES if any(f.get("kind") == "sync" for f in findings) else set())
+    )
     files = sorted({f["file"] for f in findings if f.get("file") and os.path.isfile(os.path.join(cwd, f["file"]))})
     files = [path for path in files if path.endswith(".py")]
     if not codes or not files:
@@ -43,7 +47,13 @@ def fix_command(findings: Sequence[Dict[str, Any]], cwd: Optional[str] = None) -
     fix_codes = sorted({d.code for d in fixes})
     fix_files = sorted({_shown(d.path, cwd) for d in fixes})
     preview = ["--preview"] if any(is_preview(all_rules()[code]) for code in fix_codes) else []
-    command = ["torchlint", "--fix"] + (["--unsafe-fixes"] if unsafe else []) + preview + ["--select", ",".join(fix_codes)] + fix_files
+    command = (
+        ["torchlint", "--fix"]
+        + (["--unsafe-fixes"] if unsafe else [])
+        + preview
+        + ["--select", ",".join(fix_codes)]
+        + fix_files
+    )
     return " ".join(shlex.quote(part) for part in command)
 
 

@@ -1,4 +1,5 @@
 """Apply fixes to a fixed point, and never leave code that does not parse."""
+
 from __future__ import annotations
 
 import io
@@ -42,16 +43,30 @@ def fix_text(
     applied: Counter = Counter()
     for _ in range(MAX_PASSES):
         output = lint_text(text, path, options, projects)
-        candidates = [(d.code, d.fix) for d in output.diagnostics if fixable(d.code) and is_applicable(d.fix, unsafe_fixes)]
+        candidates = [
+            (d.code, d.fix)
+            for d in output.diagnostics
+            if fixable(d.code) and d.fix is not None and is_applicable(d.fix, unsafe_fixes)
+        ]
         if not candidates:
             return FixResult(text, applied, output)
         new_text, codes = apply_fixes(text, candidates)
         message = why_unparsable(new_text) or needs_newer_python(text, new_text)
         if message is not None:  # the result must parse, or nothing is written
-            return FixResult(original, Counter(), lint_text(original, path, options, projects), f"a fix produced code that does not parse ({message}); file left unchanged")
+            return FixResult(
+                original,
+                Counter(),
+                lint_text(original, path, options, projects),
+                f"a fix produced code that does not parse ({message}); file left unchanged",
+            )
         text = new_text
         applied.update(codes)
-    return FixResult(original, Counter(), lint_text(original, path, options, projects), f"fixes did not converge after {MAX_PASSES} passes; file left unchanged")
+    return FixResult(
+        original,
+        Counter(),
+        lint_text(original, path, options, projects),
+        f"fixes did not converge after {MAX_PASSES} passes; file left unchanged",
+    )
 
 
 def needs_newer_python(before: str, after: str) -> Optional[str]:
@@ -67,7 +82,9 @@ def needs_newer_python(before: str, after: str) -> Optional[str]:
         return None  # compile() already applied the older grammar
     added = pre_pep701_problems(after) - pre_pep701_problems(before)
     if added > 0:
-        return "a fix would put a quote, backslash or comment inside an f-string, which Python 3.11 and older cannot parse"
+        return (
+            "a fix would put a quote, backslash or comment inside an f-string, which Python 3.11 and older cannot parse"
+        )
     return None
 
 

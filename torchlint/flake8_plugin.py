@@ -9,6 +9,7 @@ and opt-in rules are in flake8's default ignore list (flake8 has no preview
 mode): name them in ``--select``/``--extend-select`` to run them.
 Columns handed to flake8 are 0-based; it adds 1 when printing.
 """
+
 from __future__ import annotations
 
 import ast
@@ -101,9 +102,13 @@ class TorchlintChecker:
         return None
 
     def run(self) -> Iterator[Tuple[int, int, str, Type["TorchlintChecker"]]]:
-        options = self.options if self.options.rules else FileOptions(rules=list(all_rules().values()), ignore_noqa=True)
+        options = (
+            self.options if self.options.rules else FileOptions(rules=list(all_rules().values()), ignore_noqa=True)
+        )
         # The same project facts (supported torch versions) as the CLI sees.
-        facts = self.projects.for_path(self.filename).facts() if self.filename and self.filename != "-" else ProjectFacts()
+        facts = (
+            self.projects.for_path(self.filename).facts() if self.filename and self.filename != "-" else ProjectFacts()
+        )
         options = dataclasses.replace(options, project=facts)
         text = "".join(self.lines)
         undecodable = self._undecodable()

@@ -5,6 +5,7 @@ directory), ``.ignore`` files, ``.git/info/exclude``, negation with ``!``,
 directory-only patterns (``build/``), anchored patterns (``/dist``,
 ``a/b``), ``*``, ``?``, ``[...]`` and ``**``.
 """
+
 from __future__ import annotations
 
 import os

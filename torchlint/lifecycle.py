@@ -20,6 +20,7 @@ So the default set is the stable rules that are not opt-in; ``--preview`` adds
 the preview rules that are not opt-in. ``TL000`` (the file does not parse) is
 the engine's own finding: always stable, always on.
 """
+
 from __future__ import annotations
 
 import json

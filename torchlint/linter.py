@@ -1,4 +1,5 @@
 """Lint one source text: parse once, walk once for all rules, place findings."""
+
 from __future__ import annotations
 
 import ast
@@ -14,7 +15,7 @@ import tokenize
 import traceback
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Type, TypeVar
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple, Type, TypeVar
 
 import libcst as cst
 from libcst._nodes.base import CSTNode
@@ -27,7 +28,17 @@ from torchlint.model import FileModel
 from torchlint.positions import positions_of
 from torchlint.project import ProjectFacts, Projects, TorchRange, for_file, is_test_module, with_target
 from torchlint.registry import SyntaxErrorRule
-from torchlint.rule import CHECK_TESTS, Diagnostic, Edit, Evidence, Fix, ResolvedEdit, ResolvedEvidence, ResolvedFix, Rule
+from torchlint.rule import (
+    CHECK_TESTS,
+    Diagnostic,
+    Edit,
+    Evidence,
+    Fix,
+    ResolvedEdit,
+    ResolvedEvidence,
+    ResolvedFix,
+    Rule,
+)
 from torchlint.source import split_lines
 from torchlint.walker import Walker, build_dispatch
 
@@ -101,12 +112,27 @@ def lint_text(text: str, path: str, options: FileOptions, projects: Optional[Pro
         return LintOutput([], [InternalError(path, "engine", "file too deeply nested to analyse")], True)
 
 
-def _lint_module(text: str, path: str, options: FileOptions, rules: Sequence[Type[Rule]], tree: Optional[ast.Module] = None, projects: Optional[Projects] = None) -> LintOutput:
+def _lint_module(
+    text: str,
+    path: str,
+    options: FileOptions,
+    rules: Sequence[Type[Rule]],
+    tree: Optional[ast.Module] = None,
+    projects: Optional[Projects] = None,
+) -> LintOutput:
     text = text_for_libcst(text)
     try:
         module = parse_module(text)
     except cst.ParserSyntaxError as exc:  # CPython compiled it; libcst's grammar lags behind
-        return LintOutput([syntax_error(path, f"SyntaxError: {exc.message} (libcst cannot parse this)", exc.raw_line, exc.raw_column + 1)], [], False)
+        return LintOutput(
+            [
+                syntax_error(
+                    path, f"SyntaxError: {exc.message} (libcst cannot parse this)", exc.raw_line, exc.raw_column + 1
+                )
+            ],
+            [],
+            False,
+        )
 
     project = with_target(options.project, options.target_torch)
     projects = projects if projects is not None else Projects()
@@ -125,7 +151,9 @@ def _lint_module(text: str, path: str, options: FileOptions, rules: Sequence[Typ
         if isinstance(exc, RecursionError):
             raise exc  # the file is too deep for this stack, not a rule's fault
         rule = method.__self__
-        failed.setdefault(rule, InternalError(path, rule.code, "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))))
+        failed.setdefault(
+            rule, InternalError(path, rule.code, "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+        )
 
     visits, leaves = build_dispatch(instances)
     Walker(Collector(ctx), visits, leaves, on_error).walk(module)
@@ -194,7 +222,7 @@ def parse_module(text: str) -> cst.Module:
             node._validate()
 
     with _PARSE_LOCK:
-        CSTNode.__post_init__ = __post_init__  # type: ignore[method-assign]
+        CSTNode.__post_init__ = __post_init__  # type: ignore[method-assign, assignment]
         try:
             return cst.parse_module(text)
         finally:
@@ -310,7 +338,7 @@ def text_for_libcst(text: str) -> str:
     takes its indentation, which is what Python reads as the statement's."""
     if not _BACKSLASH_ONLY_LINE.search(text):
         return text
-    inside_tokens = set()  # lines within multi-line strings: content, not code
+    inside_tokens: Set[int] = set()  # lines within multi-line strings: content, not code
     for token in tokenize.generate_tokens(io.StringIO(text).readline):
         if token.start[0] != token.end[0] and token.type not in (tokenize.NL, tokenize.NEWLINE):
             inside_tokens.update(range(token.start[0] + 1, token.end[0] + 1))
@@ -337,12 +365,15 @@ def _compile_in_pieces(text: str, path: str) -> ast.Module:
     tree instead would reject deep expressions that CPython compiles from
     source.)"""
     tree = compile(text, path, "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+    assert isinstance(tree, ast.Module)  # what "exec" with PyCF_ONLY_AST returns
     body = tree.body
     if not body:
         return tree
     lines = split_lines(text)
     starts = [min([s.lineno] + [d.lineno for d in getattr(s, "decorator_list", ())]) for s in body]
-    last_future = max((i for i, s in enumerate(body) if isinstance(s, ast.ImportFrom) and s.module == "__future__"), default=-1)
+    last_future = max(
+        (i for i, s in enumerate(body) if isinstance(s, ast.ImportFrom) and s.module == "__future__"), default=-1
+    )
     pieces = [(1, body[last_future].end_lineno)] if last_future >= 0 else []
     pieces += [(starts[i], statement.end_lineno) for i, statement in enumerate(body) if i > last_future]
     for first, last in pieces:
@@ -389,7 +420,9 @@ def _python_tree(text: str, path: str) -> Tuple[Optional[ast.Module], List[Diagn
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # invalid escape sequences and the like
-            if len(text) < LARGE_LITERAL_CHARS or (text.count("\n") < _WHOLE_COMPILE_LINES and not may_hold_large_literal(text)):
+            if len(text) < LARGE_LITERAL_CHARS or (
+                text.count("\n") < _WHOLE_COMPILE_LINES and not may_hold_large_literal(text)
+            ):
                 compile(text, path, "exec", dont_inherit=True)
                 return None, []
             return _compile_in_pieces(text, path), []
@@ -454,10 +487,13 @@ def elide_large_literals(text: str, tree: Optional[ast.Module]) -> str:
         first, last = statement.lineno, statement.end_lineno or statement.lineno
         if sum(len(lines[row]) for row in range(first - 1, last)) < LARGE_LITERAL_CHARS:
             continue
-        if (index + 1 < len(body) and body[index + 1].lineno <= last) or (index and (body[index - 1].end_lineno or 0) >= first):
+        if (index + 1 < len(body) and body[index + 1].lineno <= last) or (
+            index and (body[index - 1].end_lineno or 0) >= first
+        ):
             continue  # shares a line with another statement (`;`)
         targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
-        if not all(isinstance(target, ast.Name) for target in targets):
+        names = [target.id for target in targets if isinstance(target, ast.Name)]
+        if len(names) != len(targets):
             continue
         if not all(isinstance(node, _LITERAL_NODES) for node in ast.walk(statement.value)):
             continue
@@ -468,7 +504,7 @@ def elide_large_literals(text: str, tree: Optional[ast.Module]) -> str:
         for line in lines[first - 1 : last]:
             ending = line[len(line.rstrip("\r\n")) :]
             kept.append(line if line.lstrip().startswith("#") else ending)
-        kept[0] = " = ".join(target.id for target in targets) + " = ..." + kept[0]  # kept[0]: its line ending
+        kept[0] = " = ".join(names) + " = ..." + kept[0]  # kept[0]: its line ending
         lines[first - 1 : last] = kept
         changed = True
     return "".join(lines) if changed else text
@@ -476,7 +512,9 @@ def elide_large_literals(text: str, tree: Optional[ast.Module]) -> str:
 
 def _place(reports, module: cst.Module, text: str, path: str) -> List[Diagnostic]:
     nodes = [node for _, node, _, _, _ in reports]
-    nodes += [edit.node for _, _, _, fix, _ in reports if fix is not None for edit in fix.edits if edit.node is not None]
+    nodes += [
+        edit.node for _, _, _, fix, _ in reports if fix is not None for edit in fix.edits if edit.node is not None
+    ]
     nodes += [fact.node for *_, evidence in reports for fact in evidence if fact.node is not None]
     positions = positions_of(module, nodes)
     lines = split_lines(text)
@@ -511,7 +549,9 @@ def _resolve_evidence(fact: Evidence, positions, path: str) -> ResolvedEvidence:
 
 
 def _resolve_fix(fix: Fix, positions, lines: List[str], module: cst.Module) -> ResolvedFix:
-    return ResolvedFix(fix.applicability, fix.message, tuple(_resolve_edit(e, positions, lines, module) for e in fix.edits))
+    return ResolvedFix(
+        fix.applicability, fix.message, tuple(_resolve_edit(e, positions, lines, module) for e in fix.edits)
+    )
 
 
 def _resolve_edit(edit: Edit, positions, lines: List[str], module: cst.Module) -> ResolvedEdit:
@@ -527,7 +567,9 @@ def _resolve_edit(edit: Edit, positions, lines: List[str], module: cst.Module) -
     start, end = (where.start.line, where.start.column), (where.end.line, where.end.column)
     content = edit.content
     if edit.new_node is not None:
-        content = _code_in_place(module, edit.node, edit.new_node, _text_between(lines, start, end), lines[start[0] - 1])
+        content = _code_in_place(
+            module, edit.node, edit.new_node, _text_between(lines, start, end), lines[start[0] - 1]
+        )
     return ResolvedEdit(content, start, end)
 
 
@@ -535,7 +577,11 @@ def _code_for(module: cst.Module, node: cst.CSTNode, block_indent: str) -> str:
     """``module.code_for_node`` as if the node sat in a block indented by
     ``block_indent``: libcst indents a continuation line inside brackets by
     the enclosing blocks' indentation, which a node generated on its own lacks."""
-    state = CodegenState(default_indent=module.default_indent, default_newline=module.default_newline, indent_tokens=[block_indent] if block_indent else [])
+    state = CodegenState(
+        default_indent=module.default_indent,
+        default_newline=module.default_newline,
+        indent_tokens=[block_indent] if block_indent else [],
+    )
     node._codegen(state)
     return "".join(state.tokens)
 

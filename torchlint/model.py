@@ -11,6 +11,7 @@ Every name heuristic lives in ``torchlint.vocabulary``, re-exported here.
 A test fails when a rule imports any other engine module (``torchlint.rule``
 excepted: the Rule and Evidence base).
 """
+
 from __future__ import annotations
 
 from types import MappingProxyType
@@ -88,15 +89,60 @@ if TYPE_CHECKING:  # pragma: no cover
     from torchlint.rule import Rule
 
 __all__ = [
-    "FileModel", "FunctionInfo", "LoaderInfo", "LoopInfo", "NO_GRAD_CONTEXTS", "Origin",
-    "SCALER_NAME", "SET_GRAD_ENABLED", "SYNCHRONIZE_CALLS", "Site", "UNKNOWN_PART", "already_on_host", "autocast_dtype",
-    "child_nodes", "conv_dims", "device_move", "does_per_item_work", "dotted_name", "enabled",
-    "enclosing_autocast", "exclusive_branches", "is_autocast_call", "is_dataloader_call", "is_grad_scaler_call",
-    "is_module_base", "is_no_grad_decorated", "iter_subtree", "launches_device_work", "keyword", "keyword_value", "last_name",
-    "literal_bool", "lives_on_host", "loop_trains", "mentions_cuda_availability", "module_evidence",
-    "module_mode_call", "names_a_module", "names_an_optimizer", "optimizer_receiver", "outermost_loop_in_function", "per_batch_anchor",
-    "positional", "reads_host", "requires_cuda", "requires_grad_evidence", "scaled_backward", "scaler_call",
-    "steps_optimizer", "tensor_backward", "tensor_evidence", "torch_alias", "training_entry_loop", "uses_default_collate",
+    "FileModel",
+    "FunctionInfo",
+    "LoaderInfo",
+    "LoopInfo",
+    "NO_GRAD_CONTEXTS",
+    "Origin",
+    "SCALER_NAME",
+    "SET_GRAD_ENABLED",
+    "SYNCHRONIZE_CALLS",
+    "Site",
+    "UNKNOWN_PART",
+    "already_on_host",
+    "autocast_dtype",
+    "child_nodes",
+    "conv_dims",
+    "device_move",
+    "does_per_item_work",
+    "dotted_name",
+    "enabled",
+    "enclosing_autocast",
+    "exclusive_branches",
+    "is_autocast_call",
+    "is_dataloader_call",
+    "is_grad_scaler_call",
+    "is_module_base",
+    "is_no_grad_decorated",
+    "iter_subtree",
+    "launches_device_work",
+    "keyword",
+    "keyword_value",
+    "last_name",
+    "literal_bool",
+    "lives_on_host",
+    "loop_trains",
+    "mentions_cuda_availability",
+    "module_evidence",
+    "module_mode_call",
+    "names_a_module",
+    "names_an_optimizer",
+    "optimizer_receiver",
+    "outermost_loop_in_function",
+    "per_batch_anchor",
+    "positional",
+    "reads_host",
+    "requires_cuda",
+    "requires_grad_evidence",
+    "scaled_backward",
+    "scaler_call",
+    "steps_optimizer",
+    "tensor_backward",
+    "tensor_evidence",
+    "torch_alias",
+    "training_entry_loop",
+    "uses_default_collate",
 ]
 
 
@@ -163,11 +209,22 @@ class FileModel:
         moves nothing there (it trains on the CPU, or another file places the
         work). Read once, when asked."""
         if self._accelerator_move is None:
-            moves = (node for node in iter_subtree(self.module) if isinstance(node, cst.Call) and device_move(self, node) == "device")
+            moves = (
+                node
+                for node in iter_subtree(self.module)
+                if isinstance(node, cst.Call) and device_move(self, node) == "device"
+            )
             self._accelerator_move = (next(moves, None),)
         return self._accelerator_move[0]
 
-    def report(self, rule: "Rule", node: cst.CSTNode, message: str, fix: Optional[Fix] = None, evidence: Tuple[Evidence, ...] = ()) -> None:
+    def report(
+        self,
+        rule: "Rule",
+        node: cst.CSTNode,
+        message: str,
+        fix: Optional[Fix] = None,
+        evidence: Tuple[Evidence, ...] = (),
+    ) -> None:
         self.reports.append((rule, node, message, fix, evidence))
 
     # -- where the walk is (for ``visit_``/``leave_`` methods) ------------------------
@@ -184,7 +241,7 @@ class FileModel:
         """The node being visited and its ancestors, root first (a snapshot)."""
         return tuple(self.stack)
 
-    def inside(self, node: cst.CSTNode) -> bool:
+    def inside(self, node: Optional[cst.CSTNode]) -> bool:
         """Is ``node`` the node being visited or one of its ancestors?"""
         return any(ancestor is node for ancestor in self.stack)
 
@@ -335,4 +392,3 @@ class FileModel:
         """Is ``func`` a dataset class imported from another file of the
         project whose ``__getitem__`` reads, decodes or transforms a sample?"""
         return self.analysis.class_loads_per_item(self, func) if self.analysis is not None else False
-

@@ -7,6 +7,7 @@ The table is flat (not per scope): an import inside a function is visible to
 the rest of the module. That over-approximation is cheap and, for import
 names, almost never wrong in practice.
 """
+
 from __future__ import annotations
 
 from typing import Dict, Optional, Union

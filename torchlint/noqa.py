@@ -13,11 +13,12 @@ libcst nor torch.
 - ``# torchlint: noqa`` (or ``# flake8: noqa``) on a line of its own
   suppresses the whole file; ``# torchlint: noqa: TL101`` only those codes.
 """
+
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Dict, FrozenSet, Optional
+from typing import Dict, FrozenSet, Optional, Set
 
 from torchlint.source import split_lines
 
@@ -77,7 +78,7 @@ def parse(text: str) -> Suppressions:
     found = Suppressions()
     if "noqa" not in text and "NOQA" not in text.upper():
         return found
-    file_codes = set()
+    file_codes: Set[str] = set()
     for row, line in enumerate(split_lines(text), start=1):
         if "#" not in line:
             continue

@@ -13,6 +13,7 @@ header) falls back to positions for the whole module. The bookkeeping is
 libcst's own, step for step (``_PlacingState``), so the ranges are the ones
 ``PositionProvider`` gives.
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Set, Tuple
@@ -95,7 +96,8 @@ class _PlacingState(CodegenState):
         if node not in self.computed:  # a syntactic position is kept
             self.computed[node] = (start, (self.line, self.column))
 
-    def record_syntactic_position(
+    # libcst types the base method by @contextmanager's own class; any context manager does.
+    def record_syntactic_position(  # type: ignore[override]
         self, node: cst.CSTNode, *, start_node: Optional[cst.CSTNode] = None, end_node: Optional[cst.CSTNode] = None
     ) -> "_SyntacticRange":
         return _SyntacticRange(self, node, start_node, end_node)
@@ -132,14 +134,19 @@ def _take_contained(root: cst.CSTNode, remaining: Set[int]) -> bool:
     return found
 
 
-
 class _SyntacticRange:
     """``with state.record_syntactic_position(node, ...)``: the node's range
     without its surrounding whitespace, or hoisted from the given children."""
 
     __slots__ = ("state", "node", "start_node", "end_node", "start")
 
-    def __init__(self, state: _PlacingState, node: cst.CSTNode, start_node: Optional[cst.CSTNode], end_node: Optional[cst.CSTNode]) -> None:
+    def __init__(
+        self,
+        state: _PlacingState,
+        node: cst.CSTNode,
+        start_node: Optional[cst.CSTNode],
+        end_node: Optional[cst.CSTNode],
+    ) -> None:
         self.state, self.node, self.start_node, self.end_node = state, node, start_node, end_node
 
     def __enter__(self) -> None:

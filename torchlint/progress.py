@@ -5,6 +5,7 @@ before the report is printed, so it never mixes with the findings. Nothing
 is shown when stderr is not a terminal (CI logs, pipes), with ``-q``/``-s``,
 or when a run is over before the first update is due.
 """
+
 from __future__ import annotations
 
 import os

@@ -30,6 +30,7 @@ yes. The supported versions come from, in this order:
 
 Versions are ``(major, minor)`` tuples; bounds are inclusive.
 """
+
 from __future__ import annotations
 
 import ast
@@ -72,20 +73,74 @@ else:  # pragma: no cover
 # against a source. A tag not in the table (no source found for 25.07, and no
 # container found for 20.04, 20.05 or 21.01) says nothing about the version.
 NGC_PYTORCH: Dict[str, Version] = {
-    "20.01": (1, 4), "20.02": (1, 4), "20.03": (1, 5), "20.06": (1, 6), "20.07": (1, 6),
-    "20.08": (1, 7), "20.09": (1, 7), "20.10": (1, 7), "20.11": (1, 8), "20.12": (1, 8),
-    "21.02": (1, 8), "21.03": (1, 9), "21.04": (1, 9), "21.05": (1, 9), "21.06": (1, 9),
-    "21.07": (1, 10), "21.08": (1, 10), "21.09": (1, 10), "21.10": (1, 10), "21.11": (1, 11),
-    "21.12": (1, 11), "22.01": (1, 11), "22.02": (1, 11), "22.03": (1, 12), "22.04": (1, 12),
-    "22.05": (1, 12), "22.06": (1, 13), "22.07": (1, 13), "22.08": (1, 13), "22.09": (1, 13),
-    "22.10": (1, 13), "22.11": (1, 13), "22.12": (2, 0), "23.01": (2, 0), "23.02": (2, 0),
-    "23.03": (2, 0), "23.04": (2, 1), "23.05": (2, 0), "23.06": (2, 1), "23.07": (2, 1),
-    "23.08": (2, 1), "23.09": (2, 1), "23.10": (2, 1), "23.11": (2, 2), "23.12": (2, 2),
-    "24.01": (2, 2), "24.02": (2, 3), "24.03": (2, 3), "24.04": (2, 3), "24.05": (2, 4),
-    "24.06": (2, 4), "24.07": (2, 4), "24.08": (2, 5), "24.09": (2, 5), "24.10": (2, 5),
-    "24.11": (2, 6), "24.12": (2, 6), "25.01": (2, 6), "25.02": (2, 7), "25.03": (2, 7),
-    "25.04": (2, 7), "25.05": (2, 8), "25.06": (2, 8), "25.08": (2, 8), "25.09": (2, 9),
-    "25.10": (2, 9), "25.11": (2, 10), "25.12": (2, 10),
+    "20.01": (1, 4),
+    "20.02": (1, 4),
+    "20.03": (1, 5),
+    "20.06": (1, 6),
+    "20.07": (1, 6),
+    "20.08": (1, 7),
+    "20.09": (1, 7),
+    "20.10": (1, 7),
+    "20.11": (1, 8),
+    "20.12": (1, 8),
+    "21.02": (1, 8),
+    "21.03": (1, 9),
+    "21.04": (1, 9),
+    "21.05": (1, 9),
+    "21.06": (1, 9),
+    "21.07": (1, 10),
+    "21.08": (1, 10),
+    "21.09": (1, 10),
+    "21.10": (1, 10),
+    "21.11": (1, 11),
+    "21.12": (1, 11),
+    "22.01": (1, 11),
+    "22.02": (1, 11),
+    "22.03": (1, 12),
+    "22.04": (1, 12),
+    "22.05": (1, 12),
+    "22.06": (1, 13),
+    "22.07": (1, 13),
+    "22.08": (1, 13),
+    "22.09": (1, 13),
+    "22.10": (1, 13),
+    "22.11": (1, 13),
+    "22.12": (2, 0),
+    "23.01": (2, 0),
+    "23.02": (2, 0),
+    "23.03": (2, 0),
+    "23.04": (2, 1),
+    "23.05": (2, 0),
+    "23.06": (2, 1),
+    "23.07": (2, 1),
+    "23.08": (2, 1),
+    "23.09": (2, 1),
+    "23.10": (2, 1),
+    "23.11": (2, 2),
+    "23.12": (2, 2),
+    "24.01": (2, 2),
+    "24.02": (2, 3),
+    "24.03": (2, 3),
+    "24.04": (2, 3),
+    "24.05": (2, 4),
+    "24.06": (2, 4),
+    "24.07": (2, 4),
+    "24.08": (2, 5),
+    "24.09": (2, 5),
+    "24.10": (2, 5),
+    "24.11": (2, 6),
+    "24.12": (2, 6),
+    "25.01": (2, 6),
+    "25.02": (2, 7),
+    "25.03": (2, 7),
+    "25.04": (2, 7),
+    "25.05": (2, 8),
+    "25.06": (2, 8),
+    "25.08": (2, 8),
+    "25.09": (2, 9),
+    "25.10": (2, 9),
+    "25.11": (2, 10),
+    "25.12": (2, 10),
 }
 
 # API use -> the first torch that has it.
@@ -95,11 +150,31 @@ API_FLOORS: Tuple[Tuple[re.Pattern, Version, str], ...] = (
     (re.compile(r"\btorch\.compile\b"), (2, 0), "torch.compile"),
 )
 # A file that checks the version or probes for an API adapts to older torch.
-_VERSION_PROBE = re.compile(r"__version__|hasattr\(\s*torch\b|version\.parse|is_torch_version|TORCH_VERSION|torch_version")
+_VERSION_PROBE = re.compile(
+    r"__version__|hasattr\(\s*torch\b|version\.parse|is_torch_version|TORCH_VERSION|torch_version"
+)
 
 _ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
-_SKIP_DIRS = frozenset({".git", ".hg", ".venv", "venv", ".tox", ".nox", "build", "dist", "node_modules", "site-packages",
-                        "__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".torchlint_cache", ".eggs"})
+_SKIP_DIRS = frozenset(
+    {
+        ".git",
+        ".hg",
+        ".venv",
+        "venv",
+        ".tox",
+        ".nox",
+        "build",
+        "dist",
+        "node_modules",
+        "site-packages",
+        "__pycache__",
+        ".mypy_cache",
+        ".pytest_cache",
+        ".ruff_cache",
+        ".torchlint_cache",
+        ".eggs",
+    }
+)
 _SCAN_LIMIT = 20000
 EXPLICIT = "target-torch"  # files scanned for API use; beyond it the floor is left where it is
 
@@ -118,8 +193,11 @@ class TorchRange:
 
     def describe(self) -> str:
         low = ".".join(map(str, self.lower)) if self.lower else "?"
-        high = ".".join(map(str, self.upper)) if self.upper and self.upper[1] != _NO_MINOR_LIMIT else (
-            f"{self.upper[0]}.x" if self.upper else "")
+        high = (
+            ".".join(map(str, self.upper))
+            if self.upper and self.upper[1] != _NO_MINOR_LIMIT
+            else (f"{self.upper[0]}.x" if self.upper else "")
+        )
         return f">={low}" + (f",<={high}" if high else "")
 
 
@@ -157,7 +235,8 @@ def parse_specifier(spec: str) -> Optional[Tuple[Optional[Version], Optional[Ver
             high = (major, minor) if minor is not None else (major, _NO_MINOR_LIMIT)
         elif op == "~=":
             low = (major, minor or 0)
-            high = (major, minor) if patch_text else (major, _NO_MINOR_LIMIT)
+            # minor is None here only for "~=1.*.2", a wildcard that PEP 440 forbids with ~=.
+            high = (major, minor) if patch_text else (major, _NO_MINOR_LIMIT)  # type: ignore[assignment]
         elif op in (">=", ">"):
             low, high = (major, minor or 0), None
         elif op == "<=":
@@ -186,7 +265,7 @@ def requirement_range(requirement: str) -> Optional[Tuple[Optional[Version], Opt
     match = _REQUIREMENT.match(requirement)
     if not match:
         return None
-    rest = requirement[match.end("name"):]
+    rest = requirement[match.end("name") :]
     if rest[:1] and (rest[0].isalnum() or rest[0] in "-_."):
         return None  # torchvision, torch-geometric, pytorch-lightning, …
     return parse_specifier(match.group("spec").split("+")[0] if "+" in match.group("spec") else match.group("spec"))
@@ -446,7 +525,9 @@ def api_floor(text: str, tree: Optional[ast.Module] = None) -> Optional[Tuple[Ve
     code (``torch.compile(model)``) from strings and comments that merely name it."""
     if "torch" not in text or _VERSION_PROBE.search(text):
         return None
-    mentioned = [(version, name) for pattern, version, name in API_FLOORS if name in text and pattern.search(text)]  # the name first: 10x cheaper
+    mentioned = [
+        (version, name) for pattern, version, name in API_FLOORS if name in text and pattern.search(text)
+    ]  # the name first: 10x cheaper
     if not mentioned:
         return None
     if tree is None:
@@ -542,7 +623,11 @@ def scan_sources(root: str) -> Tuple[Optional[Tuple[Version, str]], Tuple[str, .
     cuda_only: List[str] = []
     scanned = 0
     for directory, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not d.startswith(".") and not is_project_root(os.path.join(directory, d)))
+        dirs[:] = sorted(
+            d
+            for d in dirs
+            if d not in _SKIP_DIRS and not d.startswith(".") and not is_project_root(os.path.join(directory, d))
+        )
         for name in sorted(files):
             if not name.endswith(".py"):
                 continue
@@ -619,7 +704,11 @@ class Project:
             found: List[str] = []
             for folder, dirs, names in os.walk(self.root):
                 dirs[:] = sorted(
-                    d for d in dirs if not d.startswith(".") and d not in _SKIPPED_SOURCE_DIRS and not is_project_root(os.path.join(folder, d))
+                    d
+                    for d in dirs
+                    if not d.startswith(".")
+                    and d not in _SKIPPED_SOURCE_DIRS
+                    and not is_project_root(os.path.join(folder, d))
                 )
                 found.extend(os.path.join(folder, n) for n in sorted(names) if n.endswith(".py"))
                 if len(found) > _MAX_FILES:
@@ -658,7 +747,11 @@ class Project:
                 stat = os.stat(path)
             except OSError:
                 continue
-            hasher.update(f"{os.path.relpath(path, self.root)}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode("utf-8", "surrogatepass"))
+            hasher.update(
+                f"{os.path.relpath(path, self.root)}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode(
+                    "utf-8", "surrogatepass"
+                )
+            )
         return hasher.hexdigest()
 
 

@@ -4,6 +4,7 @@ Codes are never reused: a retired rule keeps its code out of circulation.
 Whether a rule is stable or in preview is measured, not declared here:
 ``torchlint.lifecycle`` reads it from ``stable_rules.json``.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -100,4 +101,3 @@ def rule_by_name_or_code(key: str) -> Type[Rule]:
         if rule.name == key:
             return rule
     raise KeyError(key)
-

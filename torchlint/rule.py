@@ -9,6 +9,7 @@ Rules are visitors: a method ``visit_Call(self, node)`` is called for every
 ``finish()`` once after the whole module, when every module-wide fact in
 ``self.ctx`` is complete. The engine walks each file once for all rules.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -42,7 +43,9 @@ class Option:
 # "not training code" (a test targets a device, syncs or skips no-grad on purpose, on
 # tiny inputs nobody times). ``torchlint.linter`` does the skipping.
 CHECK_TESTS = "check-tests"
-CHECK_TESTS_OPTION = Option(bool, False, "also check test modules (test_*.py, *_test.py, conftest.py, tests/), skipped by default")
+CHECK_TESTS_OPTION = Option(
+    bool, False, "also check test modules (test_*.py, *_test.py, conftest.py, tests/), skipped by default"
+)
 
 
 @dataclass(frozen=True)
@@ -226,7 +229,9 @@ class Rule:
         self.ctx = ctx
         self.opts = options
 
-    def report(self, node: "cst.CSTNode", message: str, fix: Optional[Fix] = None, evidence: Sequence[Evidence] = ()) -> None:
+    def report(
+        self, node: "cst.CSTNode", message: str, fix: Optional[Fix] = None, evidence: Sequence[Evidence] = ()
+    ) -> None:
         self.ctx.report(self, node, message, fix, tuple(evidence))
 
     def finish(self) -> None:

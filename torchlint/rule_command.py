@@ -1,4 +1,5 @@
 """``torchlint rule CODE`` / ``torchlint rule --all``: the rule documentation."""
+
 from __future__ import annotations
 
 import argparse

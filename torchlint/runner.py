@@ -1,4 +1,5 @@
 """Lint (and fix) many files on all cores, with results in a stable order."""
+
 from __future__ import annotations
 
 import difflib
@@ -96,7 +97,8 @@ def _run_program(text: str, job: Job, projects: Projects) -> Tuple[FileResult, s
     result = FileResult(job.path)
     new_text = text
     if job.mode in (FIX, DIFF):
-        fixable = (lambda code: code in job.fixable) if job.fixable is not None else (lambda code: True)
+        allowed = job.fixable
+        fixable = (lambda code: code in allowed) if allowed is not None else (lambda code: True)
         fixed = fix_text(text, job.path, job.options, job.unsafe_fixes, fixable, projects)
         new_text, result.fixed, result.fix_error = fixed.text, fixed.applied, fixed.error
         output: LintOutput = fixed.remaining  # type: ignore[assignment]
@@ -171,7 +173,10 @@ def run_file(job: Job, projects: Optional[Projects] = None) -> FileResult:
 
 def crashed(job: Job, why: str) -> FileResult:
     """The result of a file whose worker process died (a crash in a native parser)."""
-    return FileResult(job.path, errors=[InternalError(job.path, "engine", f"the worker process died ({why}) on this file; it was not linted")])
+    return FileResult(
+        job.path,
+        errors=[InternalError(job.path, "engine", f"the worker process died ({why}) on this file; it was not linted")],
+    )
 
 
 def run(
@@ -274,7 +279,9 @@ def _contents(paths: Iterable[str]) -> Dict[str, bytes]:
     return contents
 
 
-def _run_all(jobs: Sequence[Job], workers: int, on_result: Optional[Callable[[int], None]], projects: Projects) -> List[FileResult]:
+def _run_all(
+    jobs: Sequence[Job], workers: int, on_result: Optional[Callable[[int], None]], projects: Projects
+) -> List[FileResult]:
     """Files are linted in child processes where the platform can fork, so
     that a crash costs only the file it happened on."""
     if hasattr(os, "fork"):
@@ -306,7 +313,7 @@ def with_noqa(body: str, codes: Iterable[str], reason: Optional[str] = None) -> 
     existing = _NOQA_CODES.search(body)
     if existing:
         merged = sorted(set(re.split(r"[\s,]+", existing.group("codes").upper())) | set(codes))
-        return body[: existing.start()] + "# noqa: " + ", ".join(merged) + body[existing.end():]
+        return body[: existing.start()] + "# noqa: " + ", ".join(merged) + body[existing.end() :]
     suffix = f" {reason}" if reason else ""
     return f"{body}  # noqa: {', '.join(sorted(codes))}{suffix}"
 
@@ -325,11 +332,15 @@ def add_noqa(text: str, diagnostics: Iterable[Diagnostic], reason: Optional[str]
         new_body = with_noqa(body, codes, reason)
         if new_body is None:
             continue
-        lines[row - 1] = new_body + line[len(body):]
+        lines[row - 1] = new_body + line[len(body) :]
         added += len(codes)
     new_text = "".join(lines)
     if added and why_unparsable(new_text) is not None:
-        return text, 0, "adding noqa comments would break the file (a finding inside a multi-line string?); left unchanged"
+        return (
+            text,
+            0,
+            "adding noqa comments would break the file (a finding inside a multi-line string?); left unchanged",
+        )
     return new_text, added, None
 
 

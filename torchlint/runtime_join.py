@@ -32,6 +32,7 @@ A report that cannot be read, or whose findings lack what the join needs, is
 one ``RuntimeReportError`` naming the file (and the finding) and the reason.
 Nothing here imports torch: the report is plain JSON.
 """
+
 from __future__ import annotations
 
 import json
@@ -88,9 +89,13 @@ def load_reports(paths: Sequence[str]) -> List[Dict[str, Any]]:
     for path in paths:
         data = read_json_object(path, "runtime report")
         if data.get("tool") != "torchlint-sanitizer" or not isinstance(data.get("findings"), list):
-            raise RuntimeReportError(f"{path}: not a torchlint sanitizer report (no \"tool\": \"torchlint-sanitizer\" and findings)")
+            raise RuntimeReportError(
+                f'{path}: not a torchlint sanitizer report (no "tool": "torchlint-sanitizer" and findings)'
+            )
         if data.get("version") != 1:
-            raise RuntimeReportError(f"{path}: sanitizer report version {data.get('version')!r}; this torchlint reads version 1")
+            raise RuntimeReportError(
+                f"{path}: sanitizer report version {data.get('version')!r}; this torchlint reads version 1"
+            )
         for index, finding in enumerate(data["findings"]):
             problem = _malformed(finding)
             if problem:
@@ -104,14 +109,20 @@ def _malformed(finding: Any) -> Optional[str]:
     if not isinstance(finding, dict):
         return f"not an object ({type(finding).__name__})"
     if not isinstance(finding.get("kind"), str):
-        return "no \"kind\""
-    for key, types in (("file", (str, type(None))), ("line", (int, type(None))), ("rule", (str, type(None))),
-                       ("message", (str, type(None))), ("severity", (str, type(None))),
-                       ("details", (dict, type(None))), ("stack", (list, type(None)))):
+        return 'no "kind"'
+    for key, types in (
+        ("file", (str, type(None))),
+        ("line", (int, type(None))),
+        ("rule", (str, type(None))),
+        ("message", (str, type(None))),
+        ("severity", (str, type(None))),
+        ("details", (dict, type(None))),
+        ("stack", (list, type(None))),
+    ):
         if not isinstance(finding.get(key), types) or isinstance(finding.get(key), bool):
-            return f"\"{key}\" is {finding.get(key)!r}"
+            return f'"{key}" is {finding.get(key)!r}'
     if "count" in finding and (not isinstance(finding["count"], int) or isinstance(finding["count"], bool)):
-        return f"\"count\" is {finding['count']!r}, not a whole number"
+        return f'"count" is {finding["count"]!r}, not a whole number'
     for frame in finding.get("stack") or []:
         if not (isinstance(frame, dict) and isinstance(frame.get("file"), str) and isinstance(frame.get("line"), int)):
             return f"a stack frame is {frame!r}"
@@ -164,8 +175,7 @@ def _cost(finding: Dict[str, Any]) -> Tuple[Optional[float], int]:
     return (float(wait) if isinstance(wait, (int, float)) else None), nbytes
 
 
-def join(diagnostics: Sequence[Any], reports: Iterable[Dict[str, Any]],
-         linted: Sequence[str] = ()) -> RuntimeJoin:
+def join(diagnostics: Sequence[Any], reports: Iterable[Dict[str, Any]], linted: Sequence[str] = ()) -> RuntimeJoin:
     """Join each runtime finding to the static finding it measures; ``linted`` names every file the lint
     covered (those without a finding too), so a runtime finding there is not taken for one outside it."""
     result = RuntimeJoin()
@@ -202,7 +212,9 @@ def join(diagnostics: Sequence[Any], reports: Iterable[Dict[str, Any]],
                 seen_in_lint = True
                 if file == finding.get("file"):
                     local_file = path
-                candidates = [d for d in by_file.get(path, ()) if d.row <= line <= d.end_row and _rule_fits(finding, d.code)]
+                candidates = [
+                    d for d in by_file.get(path, ()) if d.row <= line <= d.end_row and _rule_fits(finding, d.code)
+                ]
                 candidates += [d for d in evidence.get((path, line), ()) if _rule_fits(finding, d.code)]
                 if candidates:
                     target = min(candidates, key=lambda d: (d.code != finding.get("rule"), d.row, d.column))
@@ -217,16 +229,28 @@ def join(diagnostics: Sequence[Any], reports: Iterable[Dict[str, Any]],
                     else:
                         result.outside += 1
                     continue
-                result.runtime_only.append({
-                    "kind": finding["kind"], "file": local_file or finding.get("file"), "line": finding.get("line"),
-                    "message": finding.get("message") or "", "rule": finding.get("rule"),
-                    "measured": {"count": int(finding.get("count") or 0), "host_wait_ms": wait,
-                                 "bytes": nbytes or None, "kinds": [_label(finding)], "runtime_findings": 1},
-                    "rank": rank, "linted": seen_in_lint,
-                })
+                result.runtime_only.append(
+                    {
+                        "kind": finding["kind"],
+                        "file": local_file or finding.get("file"),
+                        "line": finding.get("line"),
+                        "message": finding.get("message") or "",
+                        "rule": finding.get("rule"),
+                        "measured": {
+                            "count": int(finding.get("count") or 0),
+                            "host_wait_ms": wait,
+                            "bytes": nbytes or None,
+                            "kinds": [_label(finding)],
+                            "runtime_findings": 1,
+                        },
+                        "rank": rank,
+                        "linted": seen_in_lint,
+                    }
+                )
                 continue
-            entry = result.measured.setdefault(_key(target), {
-                "count": 0, "host_wait_ms": None, "bytes": None, "kinds": [], "runtime_findings": 0})
+            entry = result.measured.setdefault(
+                _key(target), {"count": 0, "host_wait_ms": None, "bytes": None, "kinds": [], "runtime_findings": 0}
+            )
             entry["count"] += int(finding.get("count") or 0)
             if wait is not None:
                 entry["host_wait_ms"] = round((entry["host_wait_ms"] or 0.0) + wait, 3)
@@ -261,10 +285,16 @@ def _cost_key(measured: Dict[str, Any]) -> Tuple[float, int, int]:
     return (-(measured.get("host_wait_ms") or 0.0), -(measured.get("bytes") or 0), -measured.get("count", 0))
 
 
+def _measured_cost(joined: RuntimeJoin, diagnostic: Any) -> Tuple[float, int, int]:
+    measured = joined.of(diagnostic)
+    assert measured is not None  # only measured findings are sorted by cost
+    return _cost_key(measured)
+
+
 def sort_measured_first(diagnostics: Sequence[Any], joined: RuntimeJoin) -> List[Any]:
     """Measured findings first, by cost; the rest keep their order."""
     measured = [d for d in diagnostics if joined.of(d) is not None]
-    measured.sort(key=lambda d: _cost_key(joined.of(d)))
+    measured.sort(key=lambda d: _measured_cost(joined, d))
     rest = [d for d in diagnostics if joined.of(d) is None]
     return measured + rest
 
@@ -289,8 +319,10 @@ def runtime_only_line(entry: Dict[str, Any], display_path) -> str:
 def summary_line(joined: RuntimeJoin) -> str:
     """The runtime section's last line (text formats)."""
     measured, only = len(joined.measured), len(joined.runtime_only)
-    line = (f"Runtime report: {measured} finding{'s' if measured != 1 else ''} measured at run time, "
-            f"{only} seen at run time only (the linter's blind spot, or a rule not selected)")
+    line = (
+        f"Runtime report: {measured} finding{'s' if measured != 1 else ''} measured at run time, "
+        f"{only} seen at run time only (the linter's blind spot, or a rule not selected)"
+    )
     notes = joined.notes + joined.outside
     if notes:
         line += f"; {notes} note{'s' if notes != 1 else ''} of the run (periodic or one-off syncs, headroom) not listed"

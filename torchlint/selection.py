@@ -10,12 +10,13 @@ Preview rules (``torchlint.lifecycle``) take part only with ``preview``: without
 it no selector reaches them, and naming one by its exact code has no effect
 (``preview_selections`` lists those, for ruff's warning).
 """
+
 from __future__ import annotations
 
 import fnmatch
 import os
 from dataclasses import dataclass, field
-from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple, Type
+from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence, Set, Tuple, Type
 
 from torchlint.lifecycle import is_preview
 from torchlint.rule import Rule
@@ -122,11 +123,13 @@ class PerFileIgnore:
         return hit != self.negated
 
 
-def parse_per_file_ignores(entries: Dict[str, List[str]], root: str, rules: Dict[str, Type[Rule]]) -> List[PerFileIgnore]:
+def parse_per_file_ignores(
+    entries: Dict[str, List[str]], root: str, rules: Dict[str, Type[Rule]]
+) -> List[PerFileIgnore]:
     result = []
-    for pattern, codes in entries.items():
+    for pattern, listed in entries.items():
         negated = pattern.startswith("!")
-        codes = tuple(sorted(expand(normalize(codes, rules), rules)))
+        codes = tuple(sorted(expand(normalize(listed, rules), rules)))
         result.append(PerFileIgnore(pattern[1:] if negated else pattern, codes, negated, root))
     return result
 
@@ -143,7 +146,7 @@ def parse_cli_per_file_ignores(values: Sequence[str]) -> Dict[str, List[str]]:
 
 
 def ignored_for(path: str, ignores: Sequence[PerFileIgnore]) -> FrozenSet[str]:
-    codes = set()
+    codes: Set[str] = set()
     for entry in ignores:
         if entry.applies_to(path):
             codes.update(entry.codes)

@@ -3,6 +3,7 @@
 A file is decoded with its declared encoding (PEP 263 cookie or BOM) and its
 line endings are kept as they are, so a fix changes only what it means to.
 """
+
 from __future__ import annotations
 
 import codecs
@@ -64,7 +65,13 @@ class NotASourceFile(OSError):
 
 
 DEFAULT_MAX_BYTES = 1024 * 1024  # libcst needs ~3 GB per MB on the worst shapes
-_READ_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+_READ_FLAGS = (
+    os.O_RDONLY
+    | getattr(os, "O_NONBLOCK", 0)
+    | getattr(os, "O_NOCTTY", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+    | getattr(os, "O_BINARY", 0)
+)
 
 
 def describe_size(size: int) -> str:
@@ -105,8 +112,13 @@ def too_large(size: int, max_bytes: int) -> str:
 
 
 def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory")):
+    for test, name in (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISDIR, "a directory"),
+    ):
         if test(mode):
             return name
     return "not a regular file"
@@ -237,8 +249,9 @@ def write_atomic(path: str, data: bytes, durable: bool = True) -> None:
     skips the fsync (cache entries, which can always be rebuilt).
     """
     directory = os.path.dirname(os.path.abspath(path))
+    before: Optional[os.stat_result]
     try:
-        before: Optional[os.stat_result] = os.stat(path)
+        before = os.stat(path)
         mode = before.st_mode & 0o7777
     except FileNotFoundError:
         before, mode = None, 0o644
@@ -262,7 +275,11 @@ def write_atomic(path: str, data: bytes, durable: bool = True) -> None:
             handle.flush()
             if durable:
                 os.fsync(handle.fileno())
-        if before is not None and hasattr(os, "chown") and (before.st_uid, before.st_gid) != (os.geteuid(), os.getegid()):
+        if (
+            before is not None
+            and hasattr(os, "chown")
+            and (before.st_uid, before.st_gid) != (os.geteuid(), os.getegid())
+        ):
             try:  # root fixing another user's file: it stays theirs
                 os.chown(tmp, before.st_uid, before.st_gid)
             except OSError:

@@ -6,6 +6,7 @@ back to the host) or None (cannot tell). Rules flag only on True, so an
 unknown value never produces a finding. It looks at assignments the walk has
 already seen in the current scope, so ask it at visit time.
 """
+
 from __future__ import annotations
 
 import re
@@ -45,7 +46,9 @@ _PREDICATE_CALLEE = re.compile(r"^_*(is|has|should|can|use|get|load|build|create
 
 def tensor_evidence(ctx: "FileModel", expr: cst.BaseExpression, _seen: Optional[Set[str]] = None) -> Optional[bool]:
     seen = _seen if _seen is not None else set()
-    if isinstance(expr, (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.FormattedString, cst.ConcatenatedString)):
+    if isinstance(
+        expr, (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.FormattedString, cst.ConcatenatedString)
+    ):
         return False
     if isinstance(expr, (cst.List, cst.Tuple, cst.Dict, cst.Set, cst.ListComp, cst.DictComp, cst.SetComp)):
         return False
@@ -118,7 +121,9 @@ def _call_evidence(ctx: "FileModel", call: cst.Call, seen) -> Optional[bool]:
         if method in _TENSOR_METHODS:
             receiver = tensor_evidence(ctx, func.value, seen)
             return True if receiver is True else (False if receiver is False else None)
-        if method == "forward" or (method not in ("get", "pop", "items") and _model_or_loss(method) and dotted_name(func.value) == "self"):
+        if method == "forward" or (
+            method not in ("get", "pop", "items") and _model_or_loss(method) and dotted_name(func.value) == "self"
+        ):
             return True
         if isinstance(func.value, cst.Name) and func.value.value == "self" and _model_or_loss(method):
             return True
@@ -187,8 +192,10 @@ def lives_on_host(ctx: "FileModel", expr: cst.BaseExpression, _depth: int = 0) -
         if qname is not None and _HOST_FACTORIES.match(qname):
             if qname in ("torch.stack", "torch.cat"):
                 first = expr.args[0].value if expr.args else None
-                return isinstance(first, (cst.List, cst.Tuple)) and bool(first.elements) and all(
-                    lives_on_host(ctx, e.value, _depth + 1) for e in first.elements
+                return (
+                    isinstance(first, (cst.List, cst.Tuple))
+                    and bool(first.elements)
+                    and all(lives_on_host(ctx, e.value, _depth + 1) for e in first.elements)
                 )
             return not any(a.keyword is not None and a.keyword.value == "device" for a in expr.args)
         if isinstance(expr.func, cst.Attribute):
@@ -331,16 +338,22 @@ _TORCH_FACTORY = re.compile(
 )
 
 
-def requires_grad_evidence(ctx: "FileModel", expr: cst.BaseExpression, _seen: Optional[Set[str]] = None) -> Optional[bool]:
+def requires_grad_evidence(
+    ctx: "FileModel", expr: cst.BaseExpression, _seen: Optional[Set[str]] = None
+) -> Optional[bool]:
     """Does ``expr`` evidently carry autograd history? True for model and loss
     outputs and arithmetic on them; False for detached values, host reads,
     integer/boolean results and factory tensors; None when unknown. Whether
     autograd is on at the site (``no_grad``, training) is the caller's
     question. Ask at visit time, like ``tensor_evidence``."""
     seen = _seen if _seen is not None else set()
-    if isinstance(expr, (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.FormattedString, cst.ConcatenatedString)):
+    if isinstance(
+        expr, (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.FormattedString, cst.ConcatenatedString)
+    ):
         return False
-    if isinstance(expr, (cst.List, cst.Tuple, cst.Dict, cst.Set, cst.ListComp, cst.DictComp, cst.SetComp, cst.Comparison)):
+    if isinstance(
+        expr, (cst.List, cst.Tuple, cst.Dict, cst.Set, cst.ListComp, cst.DictComp, cst.SetComp, cst.Comparison)
+    ):
         return False
     if isinstance(expr, cst.UnaryOperation):
         return False if isinstance(expr.operator, cst.Not) else requires_grad_evidence(ctx, expr.expression, seen)
@@ -351,7 +364,14 @@ def requires_grad_evidence(ctx: "FileModel", expr: cst.BaseExpression, _seen: Op
         return False if all(a is False for a in answers) else None
     if isinstance(expr, cst.Subscript):
         return requires_grad_evidence(ctx, expr.value, seen)
-    if isinstance(expr, cst.Attribute) and expr.attr.value in ("data", "grad", "shape", "dtype", "device", "requires_grad"):
+    if isinstance(expr, cst.Attribute) and expr.attr.value in (
+        "data",
+        "grad",
+        "shape",
+        "dtype",
+        "device",
+        "requires_grad",
+    ):
         return False
     if isinstance(expr, cst.Call):
         return _call_grad_evidence(ctx, expr, seen)
@@ -376,14 +396,18 @@ def _call_grad_evidence(ctx: "FileModel", call: cst.Call, seen: Set[str]) -> Opt
     qname = ctx.names.qualified_name(func)
     if qname is not None:
         if _TORCH_FACTORY.match(qname):
-            flag = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "requires_grad"), None)
+            flag = next(
+                (a.value for a in call.args if a.keyword is not None and a.keyword.value == "requires_grad"), None
+            )
             return True if isinstance(flag, cst.Name) and flag.value == "True" else False
         if qname.startswith(_NUMPY) or qname.startswith(("math.", "time.", "random.", "builtins.", "statistics.")):
             return False
         if qname.startswith("torch."):
             if _TORCH_NON_TENSOR.match(qname):
                 return None
-            answers = [requires_grad_evidence(ctx, a.value, seen) for a in call.args if a.keyword is None and not a.star]
+            answers = [
+                requires_grad_evidence(ctx, a.value, seen) for a in call.args if a.keyword is None and not a.star
+            ]
             if any(a is True for a in answers):
                 return True
             return None
@@ -449,7 +473,9 @@ def names_a_module(name: Optional[str]) -> bool:
 # Calls that make the host wait for every queued kernel.
 SYNCHRONIZE_CALLS = frozenset({"torch.cuda.synchronize", "torch.accelerator.synchronize", "torch.xpu.synchronize"})
 # Calls that queue a step's worth of GPU work: backward, optimizer steps, forward.
-_DEVICE_WORK_METHODS = frozenset({"backward", "step", "forward", "all_reduce", "reduce_scatter", "all_gather", "generate"})
+_DEVICE_WORK_METHODS = frozenset(
+    {"backward", "step", "forward", "all_reduce", "reduce_scatter", "all_gather", "generate"}
+)
 
 
 def launches_device_work(ctx: "FileModel", statement: cst.CSTNode) -> bool:

@@ -1,5 +1,6 @@
 """The code-bearing children of a libcst node: the one way the engine
 descends a tree (the walk, local subtree questions, positions)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -11,16 +12,46 @@ import libcst as cst
 # directly from their parent (``BinaryOperation.operator``).
 _SKIPPED_FIELDS = frozenset(
     {
-        "lpar", "rpar", "comma", "colon", "semicolon", "header", "footer", "leading_lines",
-        "lines_after_decorators", "trailing_whitespace", "newline", "equal", "star", "operator",
-        "dot", "lbrace", "rbrace", "lbracket", "rbracket", "first_colon", "second_colon",
-        "empty_lines", "indent", "default_indent", "default_newline", "encoding",
-        "has_trailing_newline", "asynchronous", "posonly_ind", "comment", "separator",
-        "relative", "conversion", "whitespace", "await_", "trailing_comma",
+        "lpar",
+        "rpar",
+        "comma",
+        "colon",
+        "semicolon",
+        "header",
+        "footer",
+        "leading_lines",
+        "lines_after_decorators",
+        "trailing_whitespace",
+        "newline",
+        "equal",
+        "star",
+        "operator",
+        "dot",
+        "lbrace",
+        "rbrace",
+        "lbracket",
+        "rbracket",
+        "first_colon",
+        "second_colon",
+        "empty_lines",
+        "indent",
+        "default_indent",
+        "default_newline",
+        "encoding",
+        "has_trailing_newline",
+        "asynchronous",
+        "posonly_ind",
+        "comment",
+        "separator",
+        "relative",
+        "conversion",
+        "whitespace",
+        "await_",
+        "trailing_comma",
     }
 )
 # Source order where dataclass field order differs from it.
-_FIELD_ORDER = {
+_FIELD_ORDER: Dict[type, Tuple[str, ...]] = {
     cst.FunctionDef: ("decorators", "name", "params", "returns", "body"),
     cst.ClassDef: ("decorators", "name", "bases", "keywords", "body"),
     cst.IfExp: ("body", "test", "orelse"),

@@ -7,6 +7,7 @@ names here (a variable that holds a device is not the same question as an
 argument that names one), so a change to one is a change to every rule
 that asks it.
 """
+
 from __future__ import annotations
 
 import re
@@ -32,7 +33,9 @@ DATA_SOURCE_NAME = re.compile(
 )
 # Wrappers whose iteration hands out their first argument's items: a loop over
 # one of them over a data source is a loop over the data source.
-ITERATES_ARGUMENT = frozenset({"enumerate", "tqdm", "iter", "islice", "zip", "progress", "track", "progress_bar", "chain"})
+ITERATES_ARGUMENT = frozenset(
+    {"enumerate", "tqdm", "iter", "islice", "zip", "progress", "track", "progress_bar", "chain"}
+)
 # The wrappers among those that keep each item whole (``zip`` and ``chain``
 # mix items of several sources): a batch's provenance passes through them.
 KEEPS_ITEMS = ("enumerate", "tqdm", "iter", "islice", "progress", "track")
@@ -42,10 +45,26 @@ NOT_BATCHES = frozenset({"range", "len", "trange", "sorted", "reversed", "print"
 # (``x, y = train_loader.next_batch()``, a project's own loader class).
 BATCH_PULL_METHODS = frozenset({"next_batch", "get_batch", "get_next_batch", "__next__"})
 # Calls in a dataset's ``__getitem__`` that read, decode or transform a sample.
-PER_ITEM_WORK = frozenset({
-    "open", "imread", "imdecode", "read_image", "decode_image", "decode_jpeg", "load", "loadtxt", "read_csv",
-    "read_file", "transform", "transforms", "augment", "read", "fromfile", "memmap",
-})
+PER_ITEM_WORK = frozenset(
+    {
+        "open",
+        "imread",
+        "imdecode",
+        "read_image",
+        "decode_image",
+        "decode_jpeg",
+        "load",
+        "loadtxt",
+        "read_csv",
+        "read_file",
+        "transform",
+        "transforms",
+        "augment",
+        "read",
+        "fromfile",
+        "memmap",
+    }
+)
 
 # -- training -----------------------------------------------------------------------
 OPTIMIZER_NAME = re.compile(r"(?i)(optim|opt$|^opt|optimizer)")
@@ -97,13 +116,17 @@ NO_GRAD_CONTEXTS = frozenset(
         "torch.autograd.grad_mode.inference_mode",
     }
 )
-SET_GRAD_ENABLED = frozenset({"torch.set_grad_enabled", "torch.autograd.set_grad_enabled", "torch.autograd.grad_mode.set_grad_enabled"})
+SET_GRAD_ENABLED = frozenset(
+    {"torch.set_grad_enabled", "torch.autograd.set_grad_enabled", "torch.autograd.grad_mode.set_grad_enabled"}
+)
 CUDA_AVAILABILITY = frozenset({"torch.cuda.is_available", "torch.cuda.device_count", "torch.cuda.is_initialized"})
 # A variable that holds a device (``x.to(device)``, ``x.to(self.dev)``).
 DEVICE_VARIABLE = re.compile(r"(?i)(^|_)(device|dev|devices|gpu|rank_device|target_device)$|^(cuda_)?device")
 DTYPE_VARIABLE = re.compile(r"(?i)(dtype|precision)$")
 # Code that places tensors on a device or trains (prose in docstrings rarely matches).
-NAMES_A_DEVICE_OR_TRAINS = re.compile(r"\bcuda\b|\bdevice_map\b|\.to\(|\bdevice\s*=|\.(backward|step|prepare|setup)\(|\b(xpu|mps)\b")
+NAMES_A_DEVICE_OR_TRAINS = re.compile(
+    r"\bcuda\b|\bdevice_map\b|\.to\(|\bdevice\s*=|\.(backward|step|prepare|setup)\(|\b(xpu|mps)\b"
+)
 
 # -- control flow ------------------------------------------------------------------------
 # A guard named like one of these runs its body every N steps, not every step.
@@ -114,7 +137,44 @@ PERIODIC_NAME = re.compile(
 INDEX_NAME = re.compile(r"(?i)(step|idx|index|iter|batch|^i$|^j$|^it$|^n$)")
 EXIT_CALLS = frozenset({"sys.exit", "exit", "quit", "os._exit"})
 # Builtins whose calls are not calls of module functions.
-BUILTIN_CALLS = frozenset({"print", "len", "range", "isinstance", "getattr", "hasattr", "setattr", "int", "float", "str", "bool", "list", "dict", "tuple", "set", "enumerate", "zip", "super", "min", "max", "sum", "abs", "round", "sorted", "iter", "next", "type", "format", "open", "repr", "any", "all", "map", "filter"})
+BUILTIN_CALLS = frozenset(
+    {
+        "print",
+        "len",
+        "range",
+        "isinstance",
+        "getattr",
+        "hasattr",
+        "setattr",
+        "int",
+        "float",
+        "str",
+        "bool",
+        "list",
+        "dict",
+        "tuple",
+        "set",
+        "enumerate",
+        "zip",
+        "super",
+        "min",
+        "max",
+        "sum",
+        "abs",
+        "round",
+        "sorted",
+        "iter",
+        "next",
+        "type",
+        "format",
+        "open",
+        "repr",
+        "any",
+        "all",
+        "map",
+        "filter",
+    }
+)
 
 
 def torch_alias(names: "ImportTable") -> Optional[str]:

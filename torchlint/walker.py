@@ -6,9 +6,11 @@ walker descends only through the fields that can hold code, calls the
 engine's bookkeeping hooks, and dispatches each node to the rules that have
 a ``visit_<Type>``/``leave_<Type>`` method for its type.
 """
+
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Dict, List, Sequence, Tuple
+from types import MethodType
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Sequence, Tuple
 
 import libcst as cst
 
@@ -18,7 +20,8 @@ from torchlint.tree import _IS_NODE, _child_fields, _is_node_type
 if TYPE_CHECKING:  # pragma: no cover
     from torchlint.model import FileModel
 
-Dispatch = Dict[type, List[Callable[[cst.CSTNode], None]]]
+# node type -> the rules' bound visit_/leave_ methods for it
+Dispatch = Dict[type, List[MethodType]]
 
 
 def build_dispatch(rules: Sequence[object]) -> Tuple[Dispatch, Dispatch]:
@@ -43,7 +46,7 @@ def _node_methods(rule_type: type) -> List[Tuple[bool, type, str]]:
         for attr in dir(rule_type):
             for prefix in ("visit_", "leave_"):
                 if attr.startswith(prefix):
-                    node_type = getattr(cst, attr[len(prefix):], None)
+                    node_type = getattr(cst, attr[len(prefix) :], None)
                     if isinstance(node_type, type) and issubclass(node_type, cst.CSTNode):
                         methods.append((prefix == "visit_", node_type, attr))
     return methods
@@ -53,7 +56,13 @@ class Walker:
     """Walks one tree. A rule method that raises is reported to ``on_error``
     and that rule is switched off for the rest of the file; the walk goes on."""
 
-    def __init__(self, collector: Collector, visits: Dispatch, leaves: Dispatch, on_error: Callable[[Callable, BaseException], None]) -> None:
+    def __init__(
+        self,
+        collector: Collector,
+        visits: Dispatch,
+        leaves: Dispatch,
+        on_error: Callable[[Callable, BaseException], None],
+    ) -> None:
         self.collector = collector
         self.ctx: "FileModel" = collector.model  # the walk's position is kept on the model
         self.visits = visits
@@ -190,15 +199,18 @@ class Walker:
 
 
 # Nodes without code-bearing children.
-_LEAF_TYPES = frozenset({cst.Name, cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.Ellipsis, cst.Pass, cst.Break, cst.Continue})
+_LEAF_TYPES = frozenset(
+    {cst.Name, cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.Ellipsis, cst.Pass, cst.Break, cst.Continue}
+)
 
-_SPECIAL: Dict[type, Callable[[Walker, cst.CSTNode], None]] = {
+# Each handler takes its key's node type, which one Callable type cannot say per entry: the node is Any.
+_SPECIAL: Dict[type, Callable[[Walker, Any], None]] = {
     cst.FunctionDef: Walker._function,
     cst.ClassDef: Walker._class,
     cst.For: Walker._loop,
     cst.While: Walker._loop,
 }
-_ENGINE_HOOKS: Dict[type, Callable[[Collector, cst.CSTNode], None]] = {
+_ENGINE_HOOKS: Dict[type, Callable[[Collector, Any], None]] = {
     cst.Import: Collector.enter_import,
     cst.ImportFrom: Collector.enter_import,
     cst.Call: Collector.enter_call,
@@ -215,7 +227,7 @@ _ENGINE_HOOKS: Dict[type, Callable[[Collector, cst.CSTNode], None]] = {
     cst.Lambda: Collector.enter_lambda,
 }
 # After the rules' ``leave_`` methods, so they see the bindings of before the node.
-_ENGINE_LEAVE_HOOKS: Dict[type, Callable[[Collector, cst.CSTNode], None]] = {
+_ENGINE_LEAVE_HOOKS: Dict[type, Callable[[Collector, Any], None]] = {
     cst.Assign: Collector.leave_assign,
     cst.Lambda: Collector.leave_lambda,
 }

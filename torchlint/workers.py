@@ -9,6 +9,7 @@ result is kept. Workers ask the kernel to kill them when the parent dies
 (``PR_SET_PDEATHSIG`` on Linux; a watchdog thread elsewhere) and leave
 Ctrl-C to the parent, which stops them on its way out.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -144,7 +145,8 @@ def run_isolated(
         while busy:
             sentinels = {w.process.sentinel: w for w in busy.values()}
             for ready in wait(list(busy) + list(sentinels)):
-                worker = busy.get(ready) or sentinels.get(ready)  # type: ignore[arg-type]
+                # wait() returns both kinds of key mixed: a pipe is busy's, a sentinel is sentinels'.
+                worker = busy.get(ready) or sentinels.get(ready)  # type: ignore[call-overload]
                 if worker is None or worker.connection not in busy:
                     continue  # both its pipe and its sentinel were ready; handled
                 del busy[worker.connection]
@@ -154,10 +156,11 @@ def run_isolated(
                     index, result = worker.connection.recv()
                 except (EOFError, OSError):
                     worker.process.join()
-                    index = worker.index  # type: ignore[assignment]
+                    assert worker.index is not None  # a busy worker holds a job
+                    index = worker.index
                     result = on_crash(jobs[index], describe_death(worker.process.exitcode))
                     worker.connection.close()
-                    worker = _Worker(context, function) if pending else None  # type: ignore[assignment]
+                    worker = _Worker(context, function) if pending else None
                 results[index] = result
                 done += 1
                 if on_result is not None:

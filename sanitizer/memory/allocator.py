@@ -5,6 +5,7 @@
 torch (the CPU tests give ``MemoryCheck`` a fake source with the same
 methods). Cost model in ``check.py``'s docstring.
 """
+
 from __future__ import annotations
 
 import os

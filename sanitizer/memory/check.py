@@ -35,6 +35,7 @@ thread costs ~10 µs, and even a wake that reads nothing takes the GIL once.
 Every torch call sits behind ``TorchAllocatorSource`` (``allocator.py``); the
 CPU tests drive ``MemoryCheck`` with a fake source and a fake clock.
 """
+
 from __future__ import annotations
 
 import math
@@ -140,6 +141,7 @@ def _user_stack() -> List[Frame]:
 
 # Frozen: one instance serves every check that is not given its own.
 _DEFAULT_THRESHOLDS = frag.Thresholds()
+
 
 class MemoryCheck(Check):
     """Allocator health for one sanitizer session (the ``memory`` check)."""
@@ -366,8 +368,9 @@ class MemoryCheck(Check):
             if self._nvml is not None:
                 self._nvml.mark_measurement_start()
         elif self._baseline is not None:
-            grew = ((stats.num_device_alloc - previous.num_device_alloc)
-                    + (stats.num_device_free - previous.num_device_free))
+            grew = (stats.num_device_alloc - previous.num_device_alloc) + (
+                stats.num_device_free - previous.num_device_free
+            )
             if grew > 0:
                 self._churn_intervals += 1
             self._note_steady(step, stats, previous)
@@ -403,12 +406,19 @@ class MemoryCheck(Check):
         whole span at a coarser grain.
         """
         samples = self._steady_samples
-        samples.append((step, stats.reserved, stats.allocated,
-                        stats.num_device_alloc - previous.num_device_alloc,
-                        stats.num_device_free - previous.num_device_free))
+        samples.append(
+            (
+                step,
+                stats.reserved,
+                stats.allocated,
+                stats.num_device_alloc - previous.num_device_alloc,
+                stats.num_device_free - previous.num_device_free,
+            )
+        )
         if len(samples) >= MAX_STEADY_SAMPLES:
-            merged = [(b[0], b[1], max(a[2], b[2]), a[3] + b[3], a[4] + b[4])
-                      for a, b in zip(samples[::2], samples[1::2])]
+            merged = [
+                (b[0], b[1], max(a[2], b[2]), a[3] + b[3], a[4] + b[4]) for a, b in zip(samples[::2], samples[1::2])
+            ]
             if len(samples) % 2:
                 merged.append(samples[-1])
             self._steady_samples = merged
@@ -425,8 +435,12 @@ class MemoryCheck(Check):
         ``set_per_process_memory_fraction`` are caught within
         ``DEVICE_READ_EVERY_S``.
         """
-        if (force or self._device_free is None or stats.reserved != self._device_read_reserved
-                or self._clock() - self._device_read_at >= DEVICE_READ_EVERY_S):
+        if (
+            force
+            or self._device_free is None
+            or stats.reserved != self._device_read_reserved
+            or self._clock() - self._device_read_at >= DEVICE_READ_EVERY_S
+        ):
             free, total = self._source.mem_get_info()
             self._device_read_at, self._device_read_reserved = self._clock(), stats.reserved
             self._device_free, self._device_total = free, total
@@ -466,8 +480,12 @@ class MemoryCheck(Check):
         self._snapshots.append(record)
         timeline = _timeline.of(self.session)
         if timeline is not None:
-            timeline.snapshot(reason, verdict.category if verdict is not None else None,
-                              verdict.free_bytes if verdict is not None else metrics.overall.total_free, step)
+            timeline.snapshot(
+                reason,
+                verdict.category if verdict is not None else None,
+                verdict.free_bytes if verdict is not None else metrics.overall.total_free,
+                step,
+            )
         return record
 
     # -------------------------------------------------------------- the watcher
@@ -536,9 +554,13 @@ class MemoryCheck(Check):
         site = self._allocating_site()
         if timeline is not None:
             top = site[0] if site else None
-            timeline.new_segments(stats.num_device_alloc - previous.num_device_alloc,
-                                  stats.reserved - previous.reserved,
-                                  top.file if top else None, top.line if top else None, step)
+            timeline.new_segments(
+                stats.num_device_alloc - previous.num_device_alloc,
+                stats.reserved - previous.reserved,
+                top.file if top else None,
+                top.line if top else None,
+                step,
+            )
         now = self._clock()
         # Only a segment mapped while cached memory was free can be waste;
         # judging it needs a snapshot (~0.2 ms), taken right away.
@@ -564,13 +586,19 @@ class MemoryCheck(Check):
         wasted = frag.new_segment_waste(segments, known)
         if not wasted:
             return
-        record = self._snapshot("new-segment", self._last_step, under_pressure=self._under_pressure(),
-                                segments=segments, settings=settings)
+        record = self._snapshot(
+            "new-segment", self._last_step, under_pressure=self._under_pressure(), segments=segments, settings=settings
+        )
         seen_by = SEEN_BY_WATCHER if watcher else SEEN_ON_MAIN_THREAD
         for waste in wasted:
             exact = self._segment_site(waste.address)
-            self._note_waste(waste, exact if exact is not None else site, record, stats,
-                             SEEN_IN_HISTORY if exact is not None else seen_by)
+            self._note_waste(
+                waste,
+                exact if exact is not None else site,
+                record,
+                stats,
+                SEEN_IN_HISTORY if exact is not None else seen_by,
+            )
 
     def _remember_segments(self, device: Optional[int] = None) -> None:
         """The segment addresses, for a later judgement (no snapshot unless it may matter)."""
@@ -613,8 +641,15 @@ class MemoryCheck(Check):
             if waste.pool_free > event["waste"].pool_free:
                 event.update(waste=waste, record=record, stats=stats)
             return
-        self._waste[key] = {"waste": waste, "site": site, "record": record, "stats": stats, "count": 1,
-                            "step": self._last_step, "seen_by": seen_by}
+        self._waste[key] = {
+            "waste": waste,
+            "site": site,
+            "record": record,
+            "stats": stats,
+            "count": 1,
+            "step": self._last_step,
+            "seen_by": seen_by,
+        }
 
     def _allocating_site(self) -> List[Frame]:
         """The user's stack on the thread that allocated: this one, or the main thread seen from the watcher."""
@@ -701,8 +736,15 @@ class MemoryCheck(Check):
         timeline = _timeline.of(self.session)
         phases = split(timeline.to_json(), self.session.step_count().warmup) if timeline is not None else None
         waste = tuple(
-            WasteEvent(waste=event["waste"], site=tuple(event["site"]), record=event["record"], stats=event["stats"],
-                       count=event["count"], step=event["step"], seen_by=event["seen_by"])
+            WasteEvent(
+                waste=event["waste"],
+                site=tuple(event["site"]),
+                record=event["record"],
+                stats=event["stats"],
+                count=event["count"],
+                step=event["step"],
+                seen_by=event["seen_by"],
+            )
             for event in self._waste.values()
         )
         return MemoryRecord(

@@ -12,6 +12,7 @@ The numbers come only from the snapshot's blocks, never from the allocator's
 split counters, because those read 0 under ``expandable_segments`` while the
 snapshot still lists every block.
 """
+
 from __future__ import annotations
 
 import math
@@ -321,8 +322,9 @@ class FragmentationVerdict:
     reason: str
 
 
-def judge(metrics: SnapshotMetrics, *, under_pressure: bool = False,
-          thresholds: Thresholds = Thresholds()) -> Optional[FragmentationVerdict]:
+def judge(
+    metrics: SnapshotMetrics, *, under_pressure: bool = False, thresholds: Thresholds = Thresholds()
+) -> Optional[FragmentationVerdict]:
     """Whether the snapshot shows fragmentation worth reporting, and which kind.
 
     Hard fragmentation (free gaps between live blocks, which only freeing the
@@ -478,8 +480,11 @@ class OomVerdict:
 
     def fix_hint(self) -> str:
         if self.cause == FRAGMENTATION:
-            hint = (f"set PYTORCH_ALLOC_CONF={self.suggested_alloc_conf}" if self.suggested_alloc_conf
-                    else "reduce fragmentation")
+            hint = (
+                f"set PYTORCH_ALLOC_CONF={self.suggested_alloc_conf}"
+                if self.suggested_alloc_conf
+                else "reduce fragmentation"
+            )
             if not self.expandable and self.subtype == "external":
                 hint += "; empty_cache() does not merge blocks that live tensors split"
             if self.subtype == "stream":

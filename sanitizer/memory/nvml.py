@@ -14,6 +14,7 @@ so that utilization is judged on the steady-state training steps alone
 only reported. Without pynvml, without a GPU or without permission the
 sampler reports "unavailable" with the reason and produces no findings.
 """
+
 from __future__ import annotations
 
 import collections

@@ -6,6 +6,7 @@ findings or the summary are read, it freezes that state into a
 ``MemoryRecord``; ``verdicts.py`` judges the record and nothing else, so a
 recorded allocator state can be judged again in a test, without torch.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

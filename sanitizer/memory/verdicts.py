@@ -29,6 +29,7 @@ finding only beside a cost the run paid:
   evaluation, checkpoint writes and start-up are reported as phases, never
   averaged in.
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -155,18 +156,20 @@ def fragmented_states(record: MemoryRecord) -> List[Dict[str, Any]]:
     states = []
     for category, (snapshot, verdict) in worst.items():
         overall = snapshot.metrics.overall
-        states.append({
-            "category": category,
-            "reason": verdict.reason,
-            "trigger": snapshot.reason,
-            "step": snapshot.step,
-            "seen": seen[category],
-            "free_bytes": verdict.free_bytes,
-            "reserved_bytes": overall.reserved,
-            "allocated_bytes": overall.allocated,
-            "largest_free_block_bytes": overall.largest_free,
-            "external_fragmentation": round(overall.external_fragmentation, 4),
-        })
+        states.append(
+            {
+                "category": category,
+                "reason": verdict.reason,
+                "trigger": snapshot.reason,
+                "step": snapshot.step,
+                "seen": seen[category],
+                "free_bytes": verdict.free_bytes,
+                "reserved_bytes": overall.reserved,
+                "allocated_bytes": overall.allocated,
+                "largest_free_block_bytes": overall.largest_free,
+                "external_fragmentation": round(overall.external_fragmentation, 4),
+            }
+        )
     return states
 
 
@@ -175,15 +178,17 @@ def new_segment_waste(record: MemoryRecord) -> List[Dict[str, Any]]:
     entries = []
     for event in sorted(record.waste, key=lambda e: -e.waste.pool_free):
         top = event.site[0] if event.site else None
-        entries.append({
-            "file": top.file if top else None,
-            "line": top.line if top else None,
-            "function": top.function if top else None,
-            "count": event.count,
-            "step": event.step,
-            "site_observed": event.seen_by if top else None,
-            **event.waste.to_json(),
-        })
+        entries.append(
+            {
+                "file": top.file if top else None,
+                "line": top.line if top else None,
+                "function": top.function if top else None,
+                "count": event.count,
+                "step": event.step,
+                "site_observed": event.seen_by if top else None,
+                **event.waste.to_json(),
+            }
+        )
     return entries
 
 
@@ -201,8 +206,11 @@ def _excess(record: MemoryRecord) -> Optional[Tuple[int, int, float]]:
 
 def _stepped(samples: Sequence[Tuple[Optional[int], int, int, int, int]]) -> List[Tuple[int, int, int, int, int]]:
     """The steady-state samples whose step is known: (step, reserved, allocated, mallocs, frees)."""
-    return [(step, reserved, allocated, mallocs, frees)
-            for step, reserved, allocated, mallocs, frees in samples if step is not None]
+    return [
+        (step, reserved, allocated, mallocs, frees)
+        for step, reserved, allocated, mallocs, frees in samples
+        if step is not None
+    ]
 
 
 def _growth(record: MemoryRecord) -> Optional[Dict[str, Any]]:
@@ -222,9 +230,14 @@ def _growth(record: MemoryRecord) -> Optional[Dict[str, Any]]:
     allocated_growth = max(s[2] for s in samples[half:]) - max(s[2] for s in samples[:half])
     if allocated_growth * 2 >= growth:
         return None  # live tensors grew with it: not the allocator's waste
-    return {"growth_bytes": growth, "growth_steps": span, "growth_samples": len(rises),
-            "reserved_at_start_bytes": first[1], "reserved_at_end_bytes": last[1],
-            "allocated_growth_bytes": max(0, allocated_growth)}
+    return {
+        "growth_bytes": growth,
+        "growth_steps": span,
+        "growth_samples": len(rises),
+        "reserved_at_start_bytes": first[1],
+        "reserved_at_end_bytes": last[1],
+        "allocated_growth_bytes": max(0, allocated_growth),
+    }
 
 
 def _fragmentation_finding(record: MemoryRecord) -> Optional[Finding]:
@@ -239,36 +252,51 @@ def _fragmentation_finding(record: MemoryRecord) -> Optional[Finding]:
     if excess is not None:
         peak_reserved, peak_allocated, ratio = excess
         costs.append("reserved-over-allocated")
-        parts.append(f"peak reserved memory {frag.format_bytes(peak_reserved)} is {ratio:.1f}x peak allocated "
-                     f"{frag.format_bytes(peak_allocated)}: {frag.format_bytes(peak_reserved - peak_allocated)} "
-                     f"held by the allocator with no tensor in it at the peak")
-        details.update({"peak_reserved_bytes": peak_reserved, "peak_allocated_bytes": peak_allocated,
-                        "reserved_over_allocated": round(ratio, 3), "excess_bytes": peak_reserved - peak_allocated})
+        parts.append(
+            f"peak reserved memory {frag.format_bytes(peak_reserved)} is {ratio:.1f}x peak allocated "
+            f"{frag.format_bytes(peak_allocated)}: {frag.format_bytes(peak_reserved - peak_allocated)} "
+            f"held by the allocator with no tensor in it at the peak"
+        )
+        details.update(
+            {
+                "peak_reserved_bytes": peak_reserved,
+                "peak_allocated_bytes": peak_allocated,
+                "reserved_over_allocated": round(ratio, 3),
+                "excess_bytes": peak_reserved - peak_allocated,
+            }
+        )
     if growth is not None:
         costs.append("reserved-growth")
-        parts.append(f"reserved memory grew {frag.format_bytes(growth['growth_bytes'])} over "
-                     f"{growth['growth_steps']} steady-state steps while allocated memory did not")
+        parts.append(
+            f"reserved memory grew {frag.format_bytes(growth['growth_bytes'])} over "
+            f"{growth['growth_steps']} steady-state steps while allocated memory did not"
+        )
         details.update(growth)
     if waste:
         parts.append(f"new segments were mapped while their pool held free memory ({len(waste)} line(s))")
     if worst is not None:
-        parts.append(f"{frag.format_bytes(worst.metrics.free_by_category[frag.HARD])} lay free between live blocks "
-                     f"at the most fragmented state")
+        parts.append(
+            f"{frag.format_bytes(worst.metrics.free_by_category[frag.HARD])} lay free between live blocks "
+            f"at the most fragmented state"
+        )
     expandable = bool(worst is not None and worst.metrics.expandable)
-    suggested, alternatives = frag.suggest_alloc_conf(record.alloc_conf, expandable=expandable,
-                                                      cause=frag.FRAGMENTATION)
+    suggested, alternatives = frag.suggest_alloc_conf(
+        record.alloc_conf, expandable=expandable, cause=frag.FRAGMENTATION
+    )
     hint = f"set PYTORCH_ALLOC_CONF={suggested}" if suggested else "free long-lived tensors together"
     hint += "; or allocate long-lived tensors before the short-lived ones around them"
     end = record.end_stats or AllocatorStats()
     start = record.start_stats or AllocatorStats()
-    details.update({
-        "cost": costs,
-        "num_alloc_retries": end.num_alloc_retries - start.num_alloc_retries,
-        "new_segment_waste": waste[:10],
-        "fragmented_states": fragmented_states(record),
-        "suggested_alloc_conf": suggested,
-        "alternatives": alternatives,
-    })
+    details.update(
+        {
+            "cost": costs,
+            "num_alloc_retries": end.num_alloc_retries - start.num_alloc_retries,
+            "new_segment_waste": waste[:10],
+            "fragmented_states": fragmented_states(record),
+            "suggested_alloc_conf": suggested,
+            "alternatives": alternatives,
+        }
+    )
     if worst is not None:
         details["snapshot"] = worst.metrics.to_json()
         details["allocator_settings"] = compact_settings(worst.settings)
@@ -316,8 +344,10 @@ def _retry_finding(record: MemoryRecord) -> Optional[Finding]:
             f"synchronized all streams, freed its cache and retried"
         ),
         count=retries,
-        fix_hint=("memory is near the limit or fragmented: set PYTORCH_ALLOC_CONF=expandable_segments:True "
-                  "or lower peak memory"),
+        fix_hint=(
+            "memory is near the limit or fragmented: set PYTORCH_ALLOC_CONF=expandable_segments:True "
+            "or lower peak memory"
+        ),
         details={
             "num_alloc_retries": retries,
             "num_sync_all_streams": end.num_sync_all_streams - start.num_sync_all_streams,
@@ -376,8 +406,11 @@ def _sustained_churn(record: MemoryRecord) -> Optional[Dict[str, Any]]:
     churning = [sample[0] for sample in samples if sample[3] > 0 or sample[4] > 0]
     first_step, last_step = record.steady_samples[0][0] or 0, samples[-1][0]
     span = max(1, last_step - first_step)
-    if (len(churning) < CHURN_MIN_INTERVALS or len(churning) < CHURN_MIN_INTERVAL_SHARE * len(samples)
-            or churning[-1] - churning[0] < span / 2):
+    if (
+        len(churning) < CHURN_MIN_INTERVALS
+        or len(churning) < CHURN_MIN_INTERVAL_SHARE * len(samples)
+        or churning[-1] - churning[0] < span / 2
+    ):
         return None
     return {"churning_intervals": len(churning), "sampled_intervals": len(samples)}
 
@@ -417,19 +450,29 @@ def _utilization_finding(record: MemoryRecord) -> Optional[Finding]:
     facts = low_utilization(record.phases)
     if facts is None:
         return None
-    others = [f"{name} {seconds:.1f} s" for name, seconds in record.phases.seconds.items()
-              if name != STEADY and seconds >= 0.05]
+    others = [
+        f"{name} {seconds:.1f} s"
+        for name, seconds in record.phases.seconds.items()
+        if name != STEADY and seconds >= 0.05
+    ]
     excluded = f"; not counted: {', '.join(others)}" if others else ""
     return Finding(
         kind=LOW_UTILIZATION,
         severity="warning",
-        message=(f"GPU busy only {facts['utilization_mean_percent']:.0f}% of the steady-state training time "
-                 f"({facts['steady_steps']} steps, {facts['steady_seconds']:.1f} s, {facts['samples']} NVML samples): "
-                 f"the GPU waits on the host{excluded}"),
-        fix_hint=("feed the GPU faster: DataLoader(num_workers>0, pin_memory=True), larger batches, "
-                  "fewer host syncs, CUDA graphs or torch.compile for launch-bound steps"),
-        details={**facts, "phases": record.phases.to_json(),
-                 "note": "NVML utilization.gpu: share of time any kernel ran, device-wide (not SM occupancy)"},
+        message=(
+            f"GPU busy only {facts['utilization_mean_percent']:.0f}% of the steady-state training time "
+            f"({facts['steady_steps']} steps, {facts['steady_seconds']:.1f} s, {facts['samples']} NVML samples): "
+            f"the GPU waits on the host{excluded}"
+        ),
+        fix_hint=(
+            "feed the GPU faster: DataLoader(num_workers>0, pin_memory=True), larger batches, "
+            "fewer host syncs, CUDA graphs or torch.compile for launch-bound steps"
+        ),
+        details={
+            **facts,
+            "phases": record.phases.to_json(),
+            "note": "NVML utilization.gpu: share of time any kernel ran, device-wide (not SM occupancy)",
+        },
     )
 
 
@@ -478,8 +521,9 @@ def memory_summary(record: MemoryRecord) -> Dict[str, Any]:
     worst = worst_snapshot(record)
     if worst is not None:
         overall = worst.metrics.overall
-        suggested, _ = frag.suggest_alloc_conf(record.alloc_conf, expandable=worst.metrics.expandable,
-                                               cause=frag.FRAGMENTATION)
+        suggested, _ = frag.suggest_alloc_conf(
+            record.alloc_conf, expandable=worst.metrics.expandable, cause=frag.FRAGMENTATION
+        )
         data["worst_fragmentation"] = {
             "trigger": worst.reason,
             "step": worst.step,

@@ -65,6 +65,7 @@ eagerly, so compiled code is verified with eager semantics.
 ``RaceCheck.notes`` (and a warning at ``stop()``) say which applied when
 Dynamo compiled frames while the check was on.
 """
+
 from __future__ import annotations
 
 import sys
@@ -99,7 +100,6 @@ from .report import _is_stream, _scope_items, _user_frame, build_finding
 _TAP_PRUNE_AT = 200_000
 _Tensor: Any = None  # torch.Tensor, bound at start() (torch is imported lazily)
 _Parameter: Any = None  # torch.nn.Parameter: optimizer ops take lists of them
-
 
 
 def _not_started() -> Hashable:
@@ -306,8 +306,9 @@ class RaceCheck(Check, RaceSink):
             return native_tap.load()
         except native_tap.TapUnavailable as error:
             self._tap_unavailable = str(error)
-            self.notes.append(f"native tap unavailable ({error}): "
-                              "ops were seen through the slower Python dispatch mode")
+            self.notes.append(
+                f"native tap unavailable ({error}): ops were seen through the slower Python dispatch mode"
+            )
             return None
 
     def _prebuild_tap(self):
@@ -432,8 +433,10 @@ class RaceCheck(Check, RaceSink):
                 continue
             engine.launch(
                 key,
-                [(start, end, is_write, arg, tensor, alloc(base, generation), None, None)
-                 for start, end, is_write, arg, tensor, base, generation in items],
+                [
+                    (start, end, is_write, arg, tensor, alloc(base, generation), None, None)
+                    for start, end, is_write, arg, tensor, base, generation in items
+                ],
                 op,
                 (site or NO_USER_FRAME) if site is not None else capture_site(),
                 seq=seq,
@@ -484,8 +487,10 @@ class RaceCheck(Check, RaceSink):
             if not tap.trace_filter_intact():
                 # Something (CSAN's enable) replaced gpu_trace since the start: the
                 # filter missed syncs, so its record could name finished blocks.
-                self.notes.append("gpu_trace was replaced while the race check waited for a second stream: work "
-                                  "issued before activation is not checked")
+                self.notes.append(
+                    "gpu_trace was replaced while the race check waited for a second stream: work "
+                    "issued before activation is not checked"
+                )
                 return None
         live = self._live()
         if live is None:
@@ -506,7 +511,8 @@ class RaceCheck(Check, RaceSink):
                 stream,
                 items,
                 "work issued before the race check switched on, after the last host sync"
-                if self._ledger.syncs else "work issued before the race check switched on",
+                if self._ledger.syncs
+                else "work issued before the race check switched on",
                 (("<before the race check switched on>", 0, "?"),),
             )
 
@@ -836,8 +842,11 @@ class RaceCheck(Check, RaceSink):
         frame = _user_frame()
         timeline = _timeline.of(self.session)
         if timeline is not None:
-            timeline.race(frame.f_code.co_filename if frame is not None else None,
-                          frame.f_lineno if frame is not None else None, self._step)
+            timeline.race(
+                frame.f_code.co_filename if frame is not None else None,
+                frame.f_lineno if frame is not None else None,
+                self._step,
+            )
         if frame is not None:
             torch = self._torch
             for variable, value in _scope_items(frame):

@@ -42,6 +42,7 @@ that every stream is already ordered after is dropped (garbage collection
 runs when the map has doubled since the last pass, so it is O(1) amortized,
 and after a device sync).
 """
+
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
@@ -290,8 +291,18 @@ class _Launch:
     def record(self, item: tuple) -> AccessRecord:
         start, end, is_write, arg, tensor, alloc, item_op, item_site = item
         return AccessRecord(
-            self.stream, self.seq, is_write, start, end, item_op or self.op, arg,
-            item_site if item_site is not None else self.site, tensor, alloc, self.via, self.index,
+            self.stream,
+            self.seq,
+            is_write,
+            start,
+            end,
+            item_op or self.op,
+            arg,
+            item_site if item_site is not None else self.site,
+            tensor,
+            alloc,
+            self.via,
+            self.index,
         )
 
 
@@ -489,8 +500,9 @@ class HappensBefore:
                         self._last_sync[(stream, source)] = note
         return clock
 
-    def _merge(self, waiter: Hashable, into: Dict[Hashable, int], source_clock: Dict[Hashable, int],
-               note: SyncNote) -> None:
+    def _merge(
+        self, waiter: Hashable, into: Dict[Hashable, int], source_clock: Dict[Hashable, int], note: SyncNote
+    ) -> None:
         for source, seq in source_clock.items():
             if source == waiter:
                 continue
@@ -633,9 +645,12 @@ class HappensBefore:
 
     def collective(self, group, stream, work, accesses: Sequence[Access], op: str = "", site: Any = None) -> None:
         self.collective_launch(
-            group, stream, work,
+            group,
+            stream,
+            work,
             [(a.start, a.end, a.is_write, a.arg, a.tensor, a.alloc, a.op, a.site) for a in accesses],
-            op, site,
+            op,
+            site,
         )
 
     def collective_launch(self, group, stream, work, items: Sequence[tuple], op: str = "", site: Any = None) -> None:
@@ -678,8 +693,9 @@ class HappensBefore:
 
     # -- accesses -----------------------------------------------------------
 
-    def kernel(self, stream: Hashable, accesses: Sequence[Access], op: str = "", site: Any = None,
-               via: Any = None) -> int:
+    def kernel(
+        self, stream: Hashable, accesses: Sequence[Access], op: str = "", site: Any = None, via: Any = None
+    ) -> int:
         """One launch on ``stream``; returns its seq (0 when captured into a graph)."""
         return self.launch(
             stream,
@@ -690,7 +706,12 @@ class HappensBefore:
         )
 
     def launch(
-        self, stream: Hashable, items: Sequence[tuple], op: str = "", site: Any = None, via: Any = None,
+        self,
+        stream: Hashable,
+        items: Sequence[tuple],
+        op: str = "",
+        site: Any = None,
+        via: Any = None,
         seq: Optional[int] = None,
     ) -> int:
         """``kernel`` without the Access objects, for the hot path.
@@ -707,8 +728,16 @@ class HappensBefore:
             graph = self._graphs[self._capture_graph]
             for start, end, is_write, arg, tensor, alloc, item_op, item_site in items:
                 graph.append(
-                    Access(start, end, is_write, arg, tensor, alloc, item_op or op,
-                           item_site if item_site is not None else site)
+                    Access(
+                        start,
+                        end,
+                        is_write,
+                        arg,
+                        tensor,
+                        alloc,
+                        item_op or op,
+                        item_site if item_site is not None else site,
+                    )
                 )
             return 0
         clock = self._clock(stream)
@@ -818,11 +847,7 @@ class HappensBefore:
 
     def _report(self, earlier: AccessRecord, later: AccessRecord) -> None:
         overlap = (max(earlier.start, later.start), min(earlier.end, later.end))
-        reuse = (
-            earlier.alloc is not None
-            and later.alloc is not None
-            and earlier.alloc is not later.alloc
-        )
+        reuse = earlier.alloc is not None and later.alloc is not None and earlier.alloc is not later.alloc
         last = self._last_sync.get((later.stream, earlier.stream))
         early = self._event_waits.get((later.stream, earlier.stream))
         # Case "event recorded before the write": the later stream waited on an

@@ -28,6 +28,7 @@ it all back at ``restore()``:
 * **The dispatch mode**, the fallback that sees every op where the native tap
   (``race_tap.cpp``) cannot be built (``enter_dispatch_mode``).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -81,8 +82,9 @@ class RaceSink(Protocol):
 
     def graph_replay(self, graph: Any) -> None: ...
 
-    def collective(self, name: str, written: List[Any], read: List[Any], group: Any, async_op: bool,
-                   call: Callable[[], Any]) -> Any:
+    def collective(
+        self, name: str, written: List[Any], read: List[Any], group: Any, async_op: bool, call: Callable[[], Any]
+    ) -> Any:
         """Run a collective through ``call`` and model it; returns what ``call`` returns."""
 
     def work_waited(self, work: Any) -> None: ...
@@ -368,7 +370,9 @@ class RaceHooks:
 
         def record(this, stream=None):
             if (
-                _ACTIVE is sink and stream is not None and not getattr(_LOCAL, "in_wait_stream", False)
+                _ACTIVE is sink
+                and stream is not None
+                and not getattr(_LOCAL, "in_wait_stream", False)
                 and getattr(stream, "cuda_stream", 0) != DEFAULT_STREAM
             ):
                 sink.activate("an event was recorded on a side stream")
@@ -377,7 +381,9 @@ class RaceHooks:
 
         def wait(this, stream=None):
             if (
-                _ACTIVE is sink and stream is not None and not getattr(_LOCAL, "in_wait_stream", False)
+                _ACTIVE is sink
+                and stream is not None
+                and not getattr(_LOCAL, "in_wait_stream", False)
                 and getattr(stream, "cuda_stream", 0) != DEFAULT_STREAM
             ):
                 sink.activate("a side stream waited on an event")
@@ -589,7 +595,11 @@ def _collective_wrapper(sink, name, original, signature, writes, reads):
 
         async_op = bool(values.get("async_op", name in ("isend", "irecv")))
         return sink.collective(
-            name, tensors(writes), tensors(reads), values.get("group"), async_op,
+            name,
+            tensors(writes),
+            tensors(reads),
+            values.get("group"),
+            async_op,
             forwards_user_call(lambda: original(*args, **kwargs)),
         )
 
@@ -604,6 +614,7 @@ def _collective_wrapper(sink, name, original, signature, writes, reads):
 
 def _to_sink(method: str, in_wait_stream_too: bool = True) -> Callable[..., None]:
     """A gpu_trace callback handing its event to the active sink's ``method`` (nothing when none is active)."""
+
     def callback(*args) -> None:
         if not in_wait_stream_too and getattr(_LOCAL, "in_wait_stream", False):
             return  # the wait_stream wrapper tells the sink the wait_stream itself
@@ -668,4 +679,3 @@ def _memory_listeners_besides_ours(trace) -> bool:
         if any(callback is not _trace_free for callback in callbacks):
             return True
     return False
-

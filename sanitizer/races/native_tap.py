@@ -10,6 +10,7 @@ falls back to its Python dispatch mode.
 ``TORCHLINT_RACE_TAP`` chooses: ``auto`` (default: the tap where it builds),
 ``native`` (the tap, or an error note), ``python`` (the dispatch mode).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -129,8 +130,9 @@ def _built_or_build(torch, name: str, folder: str, quiet: bool, trace_filter: bo
         raise TapUnavailable("ninja is not installed (pip install ninja), needed to build it") from None
     os.makedirs(folder, exist_ok=True)
     if not quiet:
-        print(f"torchlint: building the race check's native tap in {folder} (once per torch version)...",
-              file=sys.stderr)
+        print(
+            f"torchlint: building the race check's native tap in {folder} (once per torch version)...", file=sys.stderr
+        )
     try:
         # NDEBUG as torch itself was built: RecordFunction's layout depends on it.
         return cpp_extension.load(

@@ -8,6 +8,7 @@ reads, fresh outputs writes; views (non-writing aliases), the inputs of
 allocates without writing. A site is the user's stack at the op, captured as
 code pointers and symbolized only when a report reads it.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Optional
@@ -40,8 +41,12 @@ _symbolize: Optional[Callable[..., Any]] = None
 def bind_tracebacks(torch) -> None:
     global _gather, _symbolize
     profiler = getattr(torch._C, "_profiler", None)
-    if (_gather is None and profiler is not None and hasattr(profiler, "gather_traceback")
-            and hasattr(profiler, "symbolize_tracebacks")):
+    if (
+        _gather is None
+        and profiler is not None
+        and hasattr(profiler, "gather_traceback")
+        and hasattr(profiler, "symbolize_tracebacks")
+    ):
         _gather, _symbolize = profiler.gather_traceback, profiler.symbolize_tracebacks
 
 

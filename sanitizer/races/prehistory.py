@@ -44,6 +44,7 @@ false alarm, and both are decided by program order alone.
 ``Event.synchronize()`` counts as a sync at the call, not at the event's
 record.
 """
+
 from __future__ import annotations
 
 from typing import FrozenSet, Iterable, List, Tuple

@@ -3,6 +3,7 @@
 Pure functions over the engine's records (tested on CPU), and the helpers that
 look up the user's variable names for streams and tensors in the user's frame.
 """
+
 from __future__ import annotations
 
 import sys

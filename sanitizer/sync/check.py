@@ -95,6 +95,7 @@ torch.compile: the wrappers are plain Python functions, so Dynamo graph-breaks
 on them like it already does on ``.item()``; a compiled region is checked
 at its graph boundaries only.
 """
+
 from __future__ import annotations
 
 import linecache
@@ -131,13 +132,41 @@ SLICE_RATIO = 4
 
 
 class _Site:
-    __slots__ = ("key", "kind", "api", "stack", "library", "steps", "stall", "timed",
-                 "silenced", "silenced_count", "tensor", "in_test", "runs", "callee",
-                 "run_steps", "no_grad_runs", "compiler", "pinned", "host_choice", "queried", "idle_arrivals")
+    __slots__ = (
+        "key",
+        "kind",
+        "api",
+        "stack",
+        "library",
+        "steps",
+        "stall",
+        "timed",
+        "silenced",
+        "silenced_count",
+        "tensor",
+        "in_test",
+        "runs",
+        "callee",
+        "run_steps",
+        "no_grad_runs",
+        "compiler",
+        "pinned",
+        "host_choice",
+        "queried",
+        "idle_arrivals",
+    )
 
-    def __init__(self, key: Tuple[str, int, str], kind: str, api: Optional[str], stack: List[Tuple[str, int, str]],
-                 library: Optional[Tuple[str, int, str]], silenced: bool, in_test: bool,
-                 compiler: bool = False) -> None:
+    def __init__(
+        self,
+        key: Tuple[str, int, str],
+        kind: str,
+        api: Optional[str],
+        stack: List[Tuple[str, int, str]],
+        library: Optional[Tuple[str, int, str]],
+        silenced: bool,
+        in_test: bool,
+        compiler: bool = False,
+    ) -> None:
         self.key = key
         self.kind = kind
         self.api = api
@@ -220,8 +249,11 @@ def _targets_cuda(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> bool:
 
 def _describe_tensor(value: Any) -> Optional[Dict[str, Any]]:
     try:
-        return {"shape": list(value.shape), "dtype": str(value.dtype).replace("torch.", ""),
-                "device": str(value.device)}
+        return {
+            "shape": list(value.shape),
+            "dtype": str(value.dtype).replace("torch.", ""),
+            "device": str(value.device),
+        }
     except Exception:
         return None
 
@@ -340,8 +372,15 @@ class SyncCheck(Check):
         return True
 
     # -- wrappers -----------------------------------------------------------
-    def _timed(self, kind: str, api: str, explicit: bool = False, result_kind: Optional[Callable] = None,
-               bare: bool = False, syncs_on_device: bool = False):
+    def _timed(
+        self,
+        kind: str,
+        api: str,
+        explicit: bool = False,
+        result_kind: Optional[Callable] = None,
+        bare: bool = False,
+        syncs_on_device: bool = False,
+    ):
         """A wrapper factory: time the call; record it when it synced (or always when ``explicit``).
 
         ``bare``: the wrapper replaces a ``torch.Tensor`` method that takes no
@@ -401,8 +440,7 @@ class SyncCheck(Check):
         unless a hook besides this check's own still needs the warning."""
         with self._quiet_lock:
             self._quiet_calls += 1
-            if (self._quiet_calls == 1 and self._set_debug_mode is not None
-                    and WarningHook.listening(SYNC_WARNING) == 1):
+            if self._quiet_calls == 1 and self._set_debug_mode is not None and WarningHook.listening(SYNC_WARNING) == 1:
                 self._set_debug_mode(SYNC_DEBUG_OFF)
                 self._quieted = True
 
@@ -425,8 +463,11 @@ class SyncCheck(Check):
             def wrapper(self_tensor, *args, **kwargs):
                 if tls.depth:
                     return original(self_tensor, *args, **kwargs)
-                idle = check._copy_idle(api, self_tensor, args, kwargs, destination_first) \
-                    if check._query_stream is not None else None
+                idle = (
+                    check._copy_idle(api, self_tensor, args, kwargs, destination_first)
+                    if check._query_stream is not None
+                    else None
+                )
                 non_blocking = kwargs.get("non_blocking") is True or (bool(args) and any(arg is True for arg in args))
                 if non_blocking:
                     # From device memory, a non_blocking copy never waits for the host: let it through
@@ -451,8 +492,7 @@ class SyncCheck(Check):
                     else:
                         source = args[0] if destination_first and args else self_tensor
                         kind = "host-slice" if _host_slice(source) else "copy"
-                        check._record(kind, api, elapsed, self_tensor, skip=1, pinned=_pinned_host(source),
-                                      idle=idle)
+                        check._record(kind, api, elapsed, self_tensor, skip=1, pinned=_pinned_host(source), idle=idle)
                 elif non_blocking:
                     source = args[0] if destination_first and args else self_tensor
                     destination = self_tensor if destination_first else result
@@ -488,8 +528,9 @@ class SyncCheck(Check):
             return None
         return self._ask(tensor.device.index, depth + 1)
 
-    def _copy_idle(self, api: str, self_tensor: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any],
-                   destination_first: bool) -> Optional[bool]:
+    def _copy_idle(
+        self, api: str, self_tensor: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any], destination_first: bool
+    ) -> Optional[bool]:
         """For a host-to-device copy about to run: whether the current stream is idle; None otherwise."""
         if destination_first:  # copy_(src): into a CUDA tensor from a host one
             source = args[0] if args else kwargs.get("src")
@@ -506,11 +547,7 @@ class SyncCheck(Check):
     def _is_pageable_h2d(source: Any, destination: Any) -> bool:
         """A non_blocking copy that blocks anyway: host to device from memory that is not pinned."""
         try:
-            return (
-                source.device.type == "cpu"
-                and destination.device.type == "cuda"
-                and not source.is_pinned()
-            )
+            return source.device.type == "cpu" and destination.device.type == "cuda" and not source.is_pinned()
         except Exception:
             return False
 
@@ -564,11 +601,17 @@ class SyncCheck(Check):
         if torch is None:
             return []
         if kind == "mask-index":
-            return [(torch.Tensor, "__getitem__", "Tensor.__getitem__"),
-                    (torch.Tensor, "__setitem__", "Tensor.__setitem__")]
+            return [
+                (torch.Tensor, "__getitem__", "Tensor.__getitem__"),
+                (torch.Tensor, "__setitem__", "Tensor.__setitem__"),
+            ]
         if kind == "nonzero":
-            return [(torch, "where", "torch.where"), (torch, "masked_select", "torch.masked_select"),
-                    (torch.Tensor, "masked_select", "Tensor.masked_select"), (torch, "argwhere", "torch.argwhere")]
+            return [
+                (torch, "where", "torch.where"),
+                (torch, "masked_select", "torch.masked_select"),
+                (torch.Tensor, "masked_select", "Tensor.masked_select"),
+                (torch, "argwhere", "torch.argwhere"),
+            ]
         return []
 
     def _arm_window(self, kind: str) -> None:
@@ -604,16 +647,33 @@ class SyncCheck(Check):
             self._line_cache[key] = text
         return text
 
-    def _record(self, kind: Optional[str], api: Optional[str], stall: Optional[float], tensor: Any, skip: int,
-                pinned: Optional[bool] = None, idle: Optional[bool] = None) -> None:
+    def _record(
+        self,
+        kind: Optional[str],
+        api: Optional[str],
+        stall: Optional[float],
+        tensor: Any,
+        skip: int,
+        pinned: Optional[bool] = None,
+        idle: Optional[bool] = None,
+    ) -> None:
         began = time.perf_counter()
         self._record_site(kind, api, stall, tensor, skip + 1, began, pinned, idle)
         timeline = _timeline.of(self.session)
         if timeline is not None:
             timeline.overhead("sync", time.perf_counter() - began)
 
-    def _record_site(self, kind: Optional[str], api: Optional[str], stall: Optional[float], tensor: Any,
-                     skip: int, began: float, pinned: Optional[bool] = None, idle: Optional[bool] = None) -> None:
+    def _record_site(
+        self,
+        kind: Optional[str],
+        api: Optional[str],
+        stall: Optional[float],
+        tensor: Any,
+        skip: int,
+        began: float,
+        pinned: Optional[bool] = None,
+        idle: Optional[bool] = None,
+    ) -> None:
         if _sync_allowed():
             self.allowed_count += 1
             return
@@ -665,8 +725,7 @@ class SyncCheck(Check):
                     if self.session.step_index == 0 and self._window_events[kind] >= TIMING_WINDOW_EVENTS:
                         self._disarm_window(kind)
 
-    def _new_site(self, kind: Optional[str], api: Optional[str], tensor: Any, skip: int,
-                  pinned: Optional[bool] = None):
+    def _new_site(self, kind: Optional[str], api: Optional[str], tensor: Any, skip: int, pinned: Optional[bool] = None):
         """The first sync of a site (or of an unclassified line): the full stack, the kind, the site.
 
         A given kind comes as ``_record_site`` read it from the user's line
@@ -725,13 +784,29 @@ class SyncCheck(Check):
         session = self.session
         min_count = getattr(session, "sync_min_count", None) or DEFAULT_MIN_COUNT  # a test double may lack it
         with self._lock:
-            sites = [SiteRecord(kind=s.kind, api=s.api, stack=tuple(s.stack), library=s.library,
-                                steps=dict(s.steps), stall=dict(s.stall), timed=dict(s.timed), runs=s.runs,
-                                in_test=s.in_test, tensor=s.tensor, run_steps=dict(s.run_steps),
-                                no_grad_runs=s.no_grad_runs, compiler=s.compiler, pinned=frozenset(s.pinned),
-                                host_choice=s.host_choice, queried=dict(s.queried),
-                                idle_arrivals=dict(s.idle_arrivals))
-                     for s in self._sites.values() if not s.silenced]
+            sites = [
+                SiteRecord(
+                    kind=s.kind,
+                    api=s.api,
+                    stack=tuple(s.stack),
+                    library=s.library,
+                    steps=dict(s.steps),
+                    stall=dict(s.stall),
+                    timed=dict(s.timed),
+                    runs=s.runs,
+                    in_test=s.in_test,
+                    tensor=s.tensor,
+                    run_steps=dict(s.run_steps),
+                    no_grad_runs=s.no_grad_runs,
+                    compiler=s.compiler,
+                    pinned=frozenset(s.pinned),
+                    host_choice=s.host_choice,
+                    queried=dict(s.queried),
+                    idle_arrivals=dict(s.idle_arrivals),
+                )
+                for s in self._sites.values()
+                if not s.silenced
+            ]
         return sync_findings(sites, session.step_count(), min_count, session.test_id)
 
 

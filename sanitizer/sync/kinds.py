@@ -7,6 +7,7 @@ classified from the torch frame below the user's line and the line's text
 (``classify``). Each kind maps to the static rule that flags the same code
 and to the change a user makes (``KINDS``). Nothing here imports torch.
 """
+
 from __future__ import annotations
 
 import os
@@ -15,41 +16,82 @@ from typing import AbstractSet, Dict, Optional, Tuple
 
 # kind -> (static rule, label, fix hint)
 KINDS: Dict[str, Tuple[Optional[str], str, str]] = {
-    "item": ("TL101", ".item() / float(t) / int(t)",
-             "keep the value on the GPU, or batch the reads into one torch.stack(...).cpu() outside the step"),
+    "item": (
+        "TL101",
+        ".item() / float(t) / int(t)",
+        "keep the value on the GPU, or batch the reads into one torch.stack(...).cpu() outside the step",
+    ),
     "tolist": ("TL101", ".tolist()", "read back once after the step, or keep the result on the GPU"),
-    "cpu": ("TL101", ".cpu() / .to('cpu')",
-            "copy into pinned memory with non_blocking=True and read after a later sync, or defer the read-back"),
+    "cpu": (
+        "TL101",
+        ".cpu() / .to('cpu')",
+        "copy into pinned memory with non_blocking=True and read after a later sync, or defer the read-back",
+    ),
     "numpy": ("TL101", ".numpy()", "defer the read-back: convert outside the hot loop"),
-    "bool": ("TL101", "implicit bool (if/while/assert on a tensor)",
-             "use torch.where / masking instead of Python control flow on a GPU value"),
-    "format": ("TL101", "print / format of a tensor",
-               "log detached GPU values every N steps, or accumulate and print after the loop"),
-    "nonzero": ("TL103", "nonzero / torch.where(cond) / masked_select",
-                "use the 3-argument torch.where or a mask multiply; pass size= where the API allows"),
-    "mask-index": ("TL103", "boolean-mask indexing",
-                   "use torch.where(mask, x, y) or x * mask instead of x[mask]; x[mask] = scalar does not sync"),
+    "bool": (
+        "TL101",
+        "implicit bool (if/while/assert on a tensor)",
+        "use torch.where / masking instead of Python control flow on a GPU value",
+    ),
+    "format": (
+        "TL101",
+        "print / format of a tensor",
+        "log detached GPU values every N steps, or accumulate and print after the loop",
+    ),
+    "nonzero": (
+        "TL103",
+        "nonzero / torch.where(cond) / masked_select",
+        "use the 3-argument torch.where or a mask multiply; pass size= where the API allows",
+    ),
+    "mask-index": (
+        "TL103",
+        "boolean-mask indexing",
+        "use torch.where(mask, x, y) or x * mask instead of x[mask]; x[mask] = scalar does not sync",
+    ),
     "unique": ("TL103", "unique", "pass a known upper bound, or move the unique out of the step"),
-    "synchronize": ("TL102", "explicit synchronize",
-                    "remove it, or replace it with an event record/wait between streams"),
-    "event-sync": ("TL102", "Event.synchronize",
-                   "use stream.wait_event(event) to order streams without blocking the host"),
-    "empty-cache": ("TL303", "torch.cuda.empty_cache()",
-                    "do not empty the cache inside the loop; it syncs the device and forces cudaMalloc later"),
-    "pageable-copy": ("TL202", "non_blocking copy from pageable memory",
-                      "pin the host tensor (DataLoader(pin_memory=True), or pin_memory()) "
-                      "so non_blocking=True is asynchronous"),
-    "copy": (None, "blocking host-to-device copy",
-             "pin the source and pass non_blocking=True, or create the tensor on the device"),
+    "synchronize": (
+        "TL102",
+        "explicit synchronize",
+        "remove it, or replace it with an event record/wait between streams",
+    ),
+    "event-sync": (
+        "TL102",
+        "Event.synchronize",
+        "use stream.wait_event(event) to order streams without blocking the host",
+    ),
+    "empty-cache": (
+        "TL303",
+        "torch.cuda.empty_cache()",
+        "do not empty the cache inside the loop; it syncs the device and forces cudaMalloc later",
+    ),
+    "pageable-copy": (
+        "TL202",
+        "non_blocking copy from pageable memory",
+        "pin the host tensor (DataLoader(pin_memory=True), or pin_memory()) so non_blocking=True is asynchronous",
+    ),
+    "copy": (
+        None,
+        "blocking host-to-device copy",
+        "pin the source and pass non_blocking=True, or create the tensor on the device",
+    ),
     # A host tensor moved again and again: the fix is to stop moving it, not to pin it.
-    "host-slice": ("TL204", "copy of a slice of a long-lived host tensor",
-                   "move the whole host tensor to the device once, before the loop, and slice it there"),
-    "host-built": ("TL204", "host-built tensor (numpy / Python data) copied to the device",
-                   "create it on the device (torch.randn(..., device=...), torch.normal(..., device=...)) "
-                   "instead of building it on the host and copying it every step"),
-    "backward": (None, "sync inside backward()",
-                 "find the op with a data-dependent shape in forward (boolean-mask indexing, nonzero, unique) "
-                 "whose backward syncs, and change it there"),
+    "host-slice": (
+        "TL204",
+        "copy of a slice of a long-lived host tensor",
+        "move the whole host tensor to the device once, before the loop, and slice it there",
+    ),
+    "host-built": (
+        "TL204",
+        "host-built tensor (numpy / Python data) copied to the device",
+        "create it on the device (torch.randn(..., device=...), torch.normal(..., device=...)) "
+        "instead of building it on the host and copying it every step",
+    ),
+    "backward": (
+        None,
+        "sync inside backward()",
+        "find the op with a data-dependent shape in forward (boolean-mask indexing, nonzero, unique) "
+        "whose backward syncs, and change it there",
+    ),
     "other": (None, "synchronizing CUDA operation", "find the op on this line that reads a GPU value on the host"),
 }
 

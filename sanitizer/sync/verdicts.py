@@ -60,6 +60,7 @@ out and ``--gpu-sanitize-fail-on`` never fails on it:
   recorded cause, the backward site stays a warning (no rule code) whose fix
   points at forward.
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -160,8 +161,9 @@ def cadence_of(site: SiteRecord, steps: StepCount, min_count: int) -> Cadence:
     return Cadence(ONCE if site.runs <= 1 else FEW, occurrences, every_step=every_step)
 
 
-def sync_findings(sites: Sequence[SiteRecord], steps: StepCount, min_count: int,
-                  test_id: Optional[str] = None) -> List[Finding]:
+def sync_findings(
+    sites: Sequence[SiteRecord], steps: StepCount, min_count: int, test_id: Optional[str] = None
+) -> List[Finding]:
     """One finding per site that synced in a measured step, the costliest first."""
     pairs = [(site, _site_finding(site, steps, min_count, test_id)) for site in sites]
     results = _link_backward_symptoms([(site, finding) for site, finding in pairs if finding is not None])
@@ -171,8 +173,11 @@ def sync_findings(sites: Sequence[SiteRecord], steps: StepCount, min_count: int,
 
 def _link_backward_symptoms(pairs: List[Tuple[SiteRecord, Finding]]) -> List[Finding]:
     """A sync inside backward() points at the forward op whose backward made it, and back."""
-    causes = [(site, finding) for site, finding in pairs
-              if site.kind in _DATA_DEPENDENT_KINDS and site.runs > site.no_grad_runs]
+    causes = [
+        (site, finding)
+        for site, finding in pairs
+        if site.kind in _DATA_DEPENDENT_KINDS and site.runs > site.no_grad_runs
+    ]
     symptoms = [finding for site, finding in pairs if site.kind == "backward"]
     if not causes or not symptoms:
         return [finding for _, finding in pairs]
@@ -182,17 +187,25 @@ def _link_backward_symptoms(pairs: List[Tuple[SiteRecord, Finding]]) -> List[Fin
     for site, finding in pairs:
         if site.kind == "backward":
             details = dict(finding.details, caused_by=cause_places, no_stall=BACKWARD_SYMPTOM)
-            message = (f"symptom: a sync inside backward() ({finding.count}x) is the backward of the "
-                       f"{' / '.join(cause_labels)} at {', '.join(cause_places)} in forward (a data-dependent "
-                       f"shape); change it there, not this line")
-            linked[id(finding)] = replace(finding, severity="info", rule=None, message=message, details=details,
-                                          fix_hint=f"fix the cause at {', '.join(cause_places)}: "
-                                                   f"{KINDS[causes[0][0].kind][2]}")
+            message = (
+                f"symptom: a sync inside backward() ({finding.count}x) is the backward of the "
+                f"{' / '.join(cause_labels)} at {', '.join(cause_places)} in forward (a data-dependent "
+                f"shape); change it there, not this line"
+            )
+            linked[id(finding)] = replace(
+                finding,
+                severity="info",
+                rule=None,
+                message=message,
+                details=details,
+                fix_hint=f"fix the cause at {', '.join(cause_places)}: {KINDS[causes[0][0].kind][2]}",
+            )
         elif any(finding is cause for _, cause in causes):
             backward = ", ".join(_place(symptom) for symptom in symptoms)
             details = dict(finding.details, backward_site=backward)
-            linked[id(finding)] = replace(finding, details=details,
-                                          message=f"{finding.message}; its backward syncs too, at {backward}")
+            linked[id(finding)] = replace(
+                finding, details=details, message=f"{finding.message}; its backward syncs too, at {backward}"
+            )
     return [linked.get(id(finding), finding) for _, finding in pairs]
 
 
@@ -223,10 +236,11 @@ def _no_stall(site: SiteRecord, steps: StepCount, cadence: Cadence) -> Optional[
     if not cadence.repeated:
         return None
     integer = site.tensor is None or "int" in str(site.tensor.get("dtype", "int"))
-    if (site.host_choice and site.kind in _READ_KINDS and integer
-            and site.runs and site.no_grad_runs == site.runs):
-        return HOST_NEEDS_VALUE, ("the host needs the value: a sampling or decoding loop reads the token it "
-                                  "chose to pick the next step (autograd off), not a stall to remove")
+    if site.host_choice and site.kind in _READ_KINDS and integer and site.runs and site.no_grad_runs == site.runs:
+        return HOST_NEEDS_VALUE, (
+            "the host needs the value: a sampling or decoding loop reads the token it "
+            "chose to pick the next step (autograd off), not a stall to remove"
+        )
     return None
 
 
@@ -276,8 +290,10 @@ def _site_finding(site: SiteRecord, steps: StepCount, min_count: int, test_id: O
     idle = _idle_on_arrival(site, steps, cadence)
     if idle is not None:
         details[IDLE_ON_ARRIVAL] = {"idle": idle[0], "asked": idle[1]}
-        message += (f"; the GPU was already idle when it arrived ({idle[0]} of {idle[1]} reads asked): "
-                    f"no wait measured in this run, but a step with more GPU work would wait here")
+        message += (
+            f"; the GPU was already idle when it arrived ({idle[0]} of {idle[1]} reads asked): "
+            f"no wait measured in this run, but a step with more GPU work would wait here"
+        )
     no_stall = _no_stall(site, steps, cadence)
     if no_stall is not None:
         reason, sentence = no_stall
@@ -304,23 +320,30 @@ def _message(cadence: Cadence, label: str, count: int, runs: int, steps: StepCou
     """One sentence: what blocked the host, how often, and so what it costs."""
     stepped = steps.completed > 0
     if cadence.kind == PER_STEP:
-        where = ("every measured step" if cadence.every_step
-                 else f"{cadence.occurrences} of {steps.measured} measured steps")
+        where = (
+            "every measured step" if cadence.every_step else f"{cadence.occurrences} of {steps.measured} measured steps"
+        )
         return f"{label} blocks the host until the GPU catches up, per step ({count}x, {where})"
     if cadence.kind == PER_EVAL_BATCH:
         passes = f" in {cadence.occurrences} evaluation pass(es)" if stepped else ""
-        return (f"{label} blocks the host on every evaluation or inference batch ({details['eval_runs']} reads "
-                f"with autograd off{passes})")
+        return (
+            f"{label} blocks the host on every evaluation or inference batch ({details['eval_runs']} reads "
+            f"with autograd off{passes})"
+        )
     if cadence.kind == PER_ITERATION:
         scope = "over the whole run, no training steps seen" if not stepped else "outside the training steps"
         return f"{label} blocks the host on every iteration of a loop ({runs}x, {scope})"
     if cadence.kind == PERIODIC:
         per_read = details["per_read_ms"]
         cost = f", {per_read:.3f} ms host wait per read" if per_read is not None else ""
-        return (f"periodic: {label} every {cadence.period} steps ({cadence.occurrences} times{cost}); "
-                f"already periodic, not a per-step stall")
+        return (
+            f"periodic: {label} every {cadence.period} steps ({cadence.occurrences} times{cost}); "
+            f"already periodic, not a per-step stall"
+        )
     if cadence.kind == COMPILE:
-        return (f"during compilation: {label} ran {runs}x inside torch.compile's own work "
-                "(counted in the compilation phase)")
+        return (
+            f"during compilation: {label} ran {runs}x inside torch.compile's own work "
+            "(counted in the compilation phase)"
+        )
     times = "once" if cadence.kind == ONCE else f"{runs}x"
     return f"one-off sync: {label} ran {times} (not per step, per batch or per loop iteration)"

@@ -4,6 +4,7 @@ Every reporter takes the sorted findings and a ``ReportContext`` and writes
 to a stream. Rows and columns are 1-based everywhere (flake8's 0-based
 columns are the flake8 plugin's business).
 """
+
 from __future__ import annotations
 
 import os
@@ -64,8 +65,12 @@ class ReportContext:
     def evidence_json(self, d: Diagnostic) -> List[Dict[str, Any]]:
         """The ``evidence`` list of json and json-lines (paths absolute, like ``filename``)."""
         return [
-            {"message": fact.text, "filename": self.absolute_path(fact.path), "location": {"row": fact.row, "column": fact.column},
-             **({"cell": fact.cell} if fact.cell is not None else {})}
+            {
+                "message": fact.text,
+                "filename": self.absolute_path(fact.path),
+                "location": {"row": fact.row, "column": fact.column},
+                **({"cell": fact.cell} if fact.cell is not None else {}),
+            }
             for fact in d.evidence
         ]
 

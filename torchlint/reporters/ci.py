@@ -1,4 +1,5 @@
 """Formats for CI systems: GitHub workflow commands and SARIF 2.1.0."""
+
 from __future__ import annotations
 
 import hashlib
@@ -44,8 +45,15 @@ def github(diagnostics: Sequence[Diagnostic], ctx: ReportContext, out: TextIO) -
         from torchlint.runtime_join import runtime_only_line
 
         for entry in ctx.runtime.runtime_only:
-            where = f"file={escape_property(ctx.display_path(entry['file']))},line={entry['line']}," if entry.get("file") else ""
-            out.write(f"::warning {where}title=seen at run time only::{escape_data(runtime_only_line(entry, ctx.display_path))}\n")
+            where = (
+                f"file={escape_property(ctx.display_path(entry['file']))},line={entry['line']},"
+                if entry.get("file")
+                else ""
+            )
+            out.write(
+                f"::warning {where}title=seen at run time only::"
+                f"{escape_data(runtime_only_line(entry, ctx.display_path))}\n"
+            )
 
 
 def _repo_root(start: str) -> str:
@@ -155,8 +163,10 @@ def _evidence_properties(related: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
         {
             "message": entry["message"]["text"],
             "uri": entry["physicalLocation"]["artifactLocation"]["uri"],
-            "location": {"row": entry["physicalLocation"]["region"]["startLine"],
-                         "column": entry["physicalLocation"]["region"]["startColumn"]},
+            "location": {
+                "row": entry["physicalLocation"]["region"]["startLine"],
+                "column": entry["physicalLocation"]["region"]["startColumn"],
+            },
         }
         for entry in related
     ]
@@ -164,6 +174,7 @@ def _evidence_properties(related: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
 
 def _runtime_only_results(ctx: ReportContext, root: str) -> List[Dict[str, Any]]:
     """Runtime findings no static finding joined: notes without a rule, with ``measured``."""
+    assert ctx.runtime is not None  # called only with a runtime report
     results = []
     for entry in ctx.runtime.runtime_only:
         result: Dict[str, Any] = {
@@ -175,8 +186,14 @@ def _runtime_only_results(ctx: ReportContext, root: str) -> List[Dict[str, Any]]
         if entry.get("file"):
             uri = _repo_uri(ctx, entry["file"], root)
             region = {"startLine": entry["line"]} if entry.get("line") else {}
-            result["locations"] = [{"physicalLocation": {"artifactLocation": {"uri": uri, "uriBaseId": "%SRCROOT%"},
-                                                         **({"region": region} if region else {})}}]
+            result["locations"] = [
+                {
+                    "physicalLocation": {
+                        "artifactLocation": {"uri": uri, "uriBaseId": "%SRCROOT%"},
+                        **({"region": region} if region else {}),
+                    }
+                }
+            ]
         results.append(result)
     return results
 
@@ -198,7 +215,10 @@ def _sarif_rule(rule) -> Dict[str, Any]:
         "help": {"text": full, "markdown": markdown},
         "helpUri": f"{DOCS_URL}#{docs.anchor(rule)}",
         # Enabled: in the default set (stable and not opt-in); preview rules run only with --preview.
-        "defaultConfiguration": {"level": "error" if rule.code == "TL000" else "warning", "enabled": lifecycle.in_default_set(rule)},
+        "defaultConfiguration": {
+            "level": "error" if rule.code == "TL000" else "warning",
+            "enabled": lifecycle.in_default_set(rule),
+        },
         "properties": {
             "tags": ["pytorch", "performance" if rule.code[2] in "12358" else "correctness"],
             "status": lifecycle.status(rule),

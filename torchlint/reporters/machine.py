@@ -1,4 +1,5 @@
 """Data formats: json (ruff's layout), json-lines, and JUnit XML."""
+
 from __future__ import annotations
 
 import json
@@ -83,16 +84,25 @@ def json_lines(diagnostics: Sequence[Diagnostic], ctx: ReportContext, out: TextI
 def junit(diagnostics: Sequence[Diagnostic], ctx: ReportContext, out: TextIO) -> None:
     out.write('<?xml version="1.0" encoding="UTF-8"?>\n')
     out.write(f'<testsuites name="torchlint" tests="{len(diagnostics)}" failures="{len(diagnostics)}" errors="0">\n')
-    for path, items in groupby(diagnostics, key=lambda d: d.path):
-        items = list(items)
+    for path, group in groupby(diagnostics, key=lambda d: d.path):
+        items = list(group)
         shown = ctx.display_path(path)
-        out.write(f'  <testsuite name={quoteattr(shown)} tests="{len(items)}" disabled="0" errors="0" failures="{len(items)}" package="org.torchlint">\n')
+        out.write(
+            f'  <testsuite name={quoteattr(shown)} tests="{len(items)}" disabled="0" errors="0" '
+            f'failures="{len(items)}" package="org.torchlint">\n'
+        )
         for d in items:
-            out.write(f'    <testcase name={quoteattr(f"org.torchlint.{d.code}")} classname={quoteattr(shown)} line="{d.row}" column="{d.column}">\n')
+            out.write(
+                f"    <testcase name={quoteattr(f'org.torchlint.{d.code}')} classname={quoteattr(shown)} "
+                f'line="{d.row}" column="{d.column}">\n'
+            )
             message = d.message + ctx.measured_suffix(d)
             body = "".join(f"\n  note: {note}" for note in ctx.evidence_notes(d))
             cell = f"cell {d.cell}, " if d.cell is not None else ""
-            out.write(f"      <failure message={quoteattr(message)}>{escape(f'{cell}line {d.row}, col {d.column}, {message}{body}')}</failure>\n")
+            out.write(
+                f"      <failure message={quoteattr(message)}>"
+                f"{escape(f'{cell}line {d.row}, col {d.column}, {message}{body}')}</failure>\n"
+            )
             out.write("    </testcase>\n")
         out.write("  </testsuite>\n")
     out.write("</testsuites>\n")

@@ -3,6 +3,7 @@
 concise (the default) is one line per finding that fits in 100 columns: the
 message is shortened to its first clause (``concise_message``); full keeps
 the whole message, the source excerpt, the evidence notes and the fix."""
+
 from __future__ import annotations
 
 from itertools import groupby
@@ -27,7 +28,10 @@ def _heading(d: Diagnostic, ctx: ReportContext) -> str:
 def _painted_heading(d: Diagnostic, ctx: ReportContext) -> str:
     paint, colon = ctx.paint, ctx.paint("punctuation", ":")
     marker = " " + paint("fixable", "[*]") if _marker(d, ctx) else ""
-    return f"{paint('path', ctx.display_path(d.path))}{colon}{d.place.replace(':', colon)}{colon} {paint('code', d.code)}{marker} "
+    return (
+        f"{paint('path', ctx.display_path(d.path))}{colon}{d.place.replace(':', colon)}{colon} "
+        f"{paint('code', d.code)}{marker} "
+    )
 
 
 def concise_line(d: Diagnostic, ctx: ReportContext) -> str:
@@ -72,7 +76,9 @@ def full(diagnostics: Sequence[Diagnostic], ctx: ReportContext, out: TextIO) -> 
             gutter = f"{d.row:>4} | "
             out.write(f"{paint('dim', gutter)}{source}\n")
             width = max(1, (d.end_column - d.column) if d.end_row == d.row else len(source) - d.column + 1)
-            out.write(" " * (len(gutter) - 2) + paint("dim", "| ") + " " * (d.column - 1) + paint("caret", "^" * width) + "\n")
+            out.write(
+                " " * (len(gutter) - 2) + paint("dim", "| ") + " " * (d.column - 1) + paint("caret", "^" * width) + "\n"
+            )
         note = paint("note", "note:")
         for fact in ctx.evidence_notes(d):
             out.write(f"  {note} {fact}\n")
