@@ -14,13 +14,10 @@ class DataloaderSingleProcess(Rule):
     because `num_workers` is left out or set to `0`, in a module that trains
     (it calls `backward()` or steps an optimizer).
 
-    This rule is opt-in (enable it with `--extend-select TL203`): whether
-    worker processes pay off depends on the workload. Datasets that already
-    hold tensors in memory, tiny datasets and some debugging setups are
-    faster or simpler in one process.
-
-    It fires only where loading a batch is real work the workers could take
-    over: the dataset is a `torchvision.datasets` dataset, is built with a
+    Whether worker processes pay off depends on the workload: datasets that
+    already hold tensors in memory, tiny datasets and some debugging setups
+    are faster or simpler in one process. So the rule fires only where
+    loading a batch is real work the workers could take over: the dataset is a `torchvision.datasets` dataset, is built with a
     per-item `transform=`, or is a class of the same module (or imported
     from another module of the project) whose `__getitem__` reads or
     decodes files (`open`, `Image.open`, `imread`,
@@ -86,7 +83,6 @@ class DataloaderSingleProcess(Rule):
     code = "TL203"
     name = "dataloader-single-process"
     summary = "A training DataLoader loads batches in the main process (`num_workers` missing or 0)"
-    default_enabled = False
     fix_availability = "none"
     requires_any = ("DataLoader",)
 
