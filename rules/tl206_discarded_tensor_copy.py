@@ -67,6 +67,18 @@ class DiscardedTensorCopy(Rule):
     requires_any = ("to(", "cuda(", "half(", "float(", "double(", "bfloat16(")
 
     VALID = [
+        # The loop binds modules (``Module.half()`` converts in place), not tensors.
+        Valid("""
+            import torch
+            from torch import nn
+            class Net(nn.Module):
+                def half_precision(self):
+                    for mod in self.modules():
+                        if isinstance(mod, nn.BatchNorm2d):
+                            mod.float()
+                        else:
+                            mod.half()
+        """),
         Valid("""
             model.to(device)
             model.cuda()

@@ -444,6 +444,10 @@ def is_module_base(base: str) -> bool:
     return bool(_MODULE_BASE.search(base))
 
 
+# ``nn.Module`` methods that yield modules: a loop over one binds a module.
+_MODULE_ITERATORS = frozenset({"modules", "children"})
+
+
 def module_evidence(ctx: "FileModel", expr: cst.BaseExpression) -> bool:
     """Is ``expr`` evidently an ``nn.Module`` (``model``, ``self.encoder``,
     something built by ``torch.nn.Linear(...)``)? Moving a module is in place."""
@@ -453,6 +457,12 @@ def module_evidence(ctx: "FileModel", expr: cst.BaseExpression) -> bool:
     if name == "self":
         return True
     value = ctx.value_of(name)
+    if (
+        isinstance(value, cst.Subscript)
+        and isinstance(value.value, cst.Call)
+        and last_name(value.value.func) in _MODULE_ITERATORS
+    ):
+        return True  # ``for m in model.modules()``: each element the loop binds is a module
     if isinstance(value, cst.Call):
         qname = ctx.names.qualified_name(value.func) or ""
         # ``nn.Linear(...)``, ``nn.SyncBatchNorm.convert_sync_batchnorm(...)``, ``DistributedDataParallel(...)``
