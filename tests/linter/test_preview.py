@@ -121,7 +121,7 @@ def test_rule_listing_and_json_mark_the_status(measured, capsys):
     assert main(["rule", "--all"]) == 0
     lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
     assert not lines["TL101"].endswith(")")  # stable and on by default: no mark
-    assert lines["TL201"].endswith("(preview)") and lines["TL802"].endswith("(opt-in)") and lines["TL203"].endswith("(preview, opt-in)")
+    assert lines["TL201"].endswith("(preview)") and lines["TL802"].endswith("(opt-in)") and lines["TL801"].endswith("(preview, opt-in)")
     assert main(["rule", "--all", "--output-format", "json"]) == 0
     by_code = {entry["code"]: entry for entry in json.loads(capsys.readouterr().out)}
     assert by_code["TL101"]["preview"] is False and by_code["TL101"]["status"] == {"Stable": {"since": "0.2.0"}}
@@ -136,7 +136,7 @@ def test_docs_table_and_pages_show_the_status(measured):
     table = docs.rule_table(rules.values())
     row = {line.split("|")[1].strip().split("]")[0].lstrip("["): line for line in table.splitlines()[2:]}
     assert "| on |" in row["TL101"] and "| preview |" in row["TL201"] and "| opt-in |" in row["TL802"]
-    assert "| preview, opt-in |" in row["TL203"]
+    assert "| preview, opt-in |" in row["TL801"]
     assert "Stable since v0.2.0, on by default." in docs.render_markdown(rules["TL101"])
     assert "Added in v0.1.0. Preview." in docs.render_markdown(rules["TL201"])
 
