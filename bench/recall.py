@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Set, Tuple
@@ -44,18 +45,45 @@ def read_problems(path: Path) -> List[dict]:
     return problems
 
 
-def match(problems: Sequence[dict], findings: Sequence[dict]) -> Tuple[List[dict], List[dict], List[dict]]:
+def notebook_places(path: Path) -> Dict[int, Tuple[int, int]]:
+    """A notebook's raw JSON line -> (cell, row in the cell's source), both
+    1-based, cells numbered among all cells as the linter names them. A reader
+    cites the line of the ``.ipynb`` file; findings name the cell and its row."""
+    raw = path.read_text(encoding="utf-8").splitlines()
+    cells = json.loads("\n".join(raw)).get("cells", [])
+    places: Dict[int, Tuple[int, int]] = {}
+    at = 0
+    for number, cell in enumerate(cells, start=1):
+        source = cell.get("source", [])
+        lines = source if isinstance(source, list) else source.splitlines(keepends=True)
+        for row, line in enumerate(lines, start=1):
+            encodings = {json.dumps(line)[1:-1], json.dumps(line, ensure_ascii=False)[1:-1]}
+            for index in range(at, len(raw)):
+                if any(encoded and encoded in raw[index] for encoded in encodings):
+                    places[index + 1] = (number, row)
+                    at = index + 1
+                    break
+    return places
+
+
+def match(
+    problems: Sequence[dict], findings: Sequence[dict], corpus: Optional[Path] = None
+) -> Tuple[List[dict], List[dict], List[dict]]:
     """(reported, reported under another code, missed)."""
-    in_file: Dict[Place, List[Tuple[int, str]]] = {}
+    in_file: Dict[Place, List[Tuple[Tuple[int, int], str]]] = {}
     for finding in findings:
-        in_file.setdefault((finding["project"], finding["path"]), []).append((finding["row"], finding["code"]))
+        place = (finding.get("cell") or 0, finding["row"])
+        in_file.setdefault((finding["project"], finding["path"]), []).append((place, finding["code"]))
     reported, elsewhere, missed = [], [], []
     for problem in problems:
         found = in_file.get((problem["project"], problem["path"]), [])
         if problem["code"] in SCRIPT_WIDE and any(code == problem["code"] for _, code in found):
             reported.append(problem)
             continue
-        near: Set[str] = {code for row, code in found if abs(row - problem["line"]) <= NEAR}
+        cell, line = 0, problem["line"]
+        if problem["path"].endswith(".ipynb") and corpus is not None:
+            cell, line = notebook_places(corpus / problem["project"] / problem["path"]).get(line, (-1, line))
+        near: Set[str] = {code for (at_cell, row), code in found if at_cell == cell and abs(row - line) <= NEAR}
         if problem["code"] in near:
             reported.append(problem)
         elif near:
@@ -75,7 +103,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     findings, _, errors = lint_corpus(args.corpus, projects)
     for error in errors:
         print(f"lint error: {error}", file=sys.stderr)
-    reported, elsewhere, missed = match(problems, findings)
+    reported, elsewhere, missed = match(problems, findings, args.corpus)
     total = len(problems)
     print(f"recall: {len(reported)}/{total} = {len(reported) / total:.2f} "
           f"({len({p['project'] for p in problems})} projects, {args.reading.name})")

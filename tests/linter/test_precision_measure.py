@@ -264,3 +264,24 @@ def test_recall_counts_a_problem_reported_near_its_line_and_script_wide_flags_an
     assert [p["line"] for p in reported] == [10, 20, 30]
     assert [(p["line"], p["found"]) for p in elsewhere] == [(40, "TL201")]
     assert [p["path"] for p in missed] == ["b.py"]
+
+
+def test_recall_maps_a_notebook_line_to_the_cell_and_row_findings_name(tmp_path):
+    nbformat = pytest.importorskip("nbformat")
+    notebook = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_markdown_cell("# Training"),
+            nbformat.v4.new_code_cell("import torch\nloader = make_loader()"),
+            nbformat.v4.new_code_cell("for x, y in loader:\n    loss = model(x.cuda())\n    print(loss.item())"),
+        ]
+    )
+    path = tmp_path / "p" / "nb.ipynb"
+    path.parent.mkdir()
+    nbformat.write(notebook, str(path))
+    raw_line = next(i for i, line in enumerate(path.read_text().splitlines(), 1) if "loss.item()" in line)
+    assert recall.notebook_places(path)[raw_line] == (3, 3)
+    problems = [{"project": "p", "path": "nb.ipynb", "line": raw_line, "code": "TL101", "why": "per-step item"}]
+    same_row_other_cell = {"project": "p", "path": "nb.ipynb", "cell": 2, "row": 3, "code": "TL101"}
+    assert recall.match(problems, [same_row_other_cell], tmp_path)[0] == []
+    found = {"project": "p", "path": "nb.ipynb", "cell": 3, "row": 3, "code": "TL101"}
+    assert recall.match(problems, [found], tmp_path)[0] == problems
