@@ -17,8 +17,9 @@ class DataloaderSingleProcess(Rule):
     Whether worker processes pay off depends on the workload: datasets that
     already hold tensors in memory, tiny datasets and some debugging setups
     are faster or simpler in one process. So the rule fires only where
-    loading a batch is real work the workers could take over: the dataset is a `torchvision.datasets` dataset, is built with a
-    per-item `transform=`, or is a class of the same module (or imported
+    loading a batch is real work the workers could take over: the dataset
+    is a `torchvision.datasets` dataset, is built with a per-item
+    `transform=`, or is a class of the same module (or imported
     from another module of the project) whose `__getitem__` reads or
     decodes files (`open`, `Image.open`, `imread`,
     `np.load`, `torch.load`, `torchaudio.load`, `read_image`, …) or applies
@@ -333,6 +334,11 @@ class DataloaderSingleProcess(Rule):
                         "fetching a sample is real work (files read or decoded, or a transform applied)", node=dataset
                     ),
                     Evidence(f"the work runs on a GPU: `{_last_line(self.ctx.code_for(move))}`", node=move),
+                    *(
+                        Evidence(f"a training loop iterates it: {loop.line_hint}", node=loop.node)
+                        for loop in self._loops_over(loader)[:1]
+                        if self._loop_trains(loop)
+                    ),
                 ],
             )
 
@@ -353,15 +359,19 @@ class DataloaderSingleProcess(Rule):
             return "`num_workers=0`"
         return None
 
-    def _evaluation_only(self, loader: LoaderInfo) -> bool:
-        """Loops iterate this loader's name, and none of them trains."""
+    def _loops_over(self, loader: LoaderInfo) -> List[LoopInfo]:
+        """The ``for`` loops of the module that iterate the loader's name."""
         if loader.target is None:
-            return False
-        loops = [
+            return []
+        return [
             loop
             for loop in self.ctx.facts.loops.values()
             if isinstance(loop.node, cst.For) and _iterates(loop.node.iter, loader.target)
         ]
+
+    def _evaluation_only(self, loader: LoaderInfo) -> bool:
+        """Loops iterate this loader's name, and none of them trains."""
+        loops = self._loops_over(loader)
         return bool(loops) and not any(self._loop_trains(loop) for loop in loops)
 
     def _not_a_data_feed(self, loader: LoaderInfo) -> bool:
