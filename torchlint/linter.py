@@ -142,7 +142,7 @@ def _lint_module(
     instances = []
     for rule in rules:
         opts = {**rule.option_defaults(), **options.rule_options.get(rule.code, {})}
-        if in_tests and not opts[CHECK_TESTS]:
+        if in_tests and not opts.get(CHECK_TESTS, True):
             continue  # a test syncs, targets a device or skips no-grad on purpose
         instances.append(rule(ctx, opts))
     failed: Dict[Rule, InternalError] = {}

@@ -45,6 +45,7 @@ class SyntaxErrorRule(Rule):
     There is no fix: the file must be repaired by hand.
     """
 
+    about_running_code = False  # a file that does not parse is reported wherever it is
     code = "TL000"
     name = "syntax-error"
     summary = "The file does not parse or decode"

@@ -221,9 +221,13 @@ class Rule:
     VALID: ClassVar[List[Valid]] = []
     INVALID: ClassVar[List[Invalid]] = []
 
+    # A rule about code that runs (every rule but the engine's TL000) leaves test modules alone.
+    about_running_code: ClassVar[bool] = True
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        cls.options = {**cls.options, CHECK_TESTS: CHECK_TESTS_OPTION}
+        if cls.about_running_code:
+            cls.options = {**cls.options, CHECK_TESTS: CHECK_TESTS_OPTION}
 
     def __init__(self, ctx: "FileModel", options: Dict[str, Any]) -> None:
         self.ctx = ctx
