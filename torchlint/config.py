@@ -118,7 +118,16 @@ def load_config(path: str, rules: Dict[str, Type[Rule]], data: Optional[Dict[str
     ``data`` is the file's parsed TOML when the caller has it already."""
     if data is None:
         data = load_toml(path)
-    table = (torchlint_table(data, path) or {}) if path.endswith("pyproject.toml") else data
+    if path.endswith("pyproject.toml"):
+        table = torchlint_table(data, path) or {}
+    elif "tool" in data:
+        # ruff.toml's rule: a file of torchlint's own holds the keys themselves
+        raise ConfigError(
+            f"{path}: `[tool.torchlint]` is a pyproject.toml table; in this file, write its keys at the top level "
+            "(or name a pyproject.toml with --config)"
+        )
+    else:
+        table = data
     config = Config(path=path, root=os.path.dirname(os.path.abspath(path)))
     apply_table(config, table, path, rules)
     # Without `target-torch`, the supported versions come from torchlint.project.

@@ -427,7 +427,9 @@ def _python_tree(text: str, path: str) -> Tuple[Optional[ast.Module], List[Diagn
                 return None, []
             return _compile_in_pieces(text, path), []
     except SyntaxError as exc:  # IndentationError and TabError included
-        return None, [syntax_error(path, f"{type(exc).__name__}: {exc.msg}", exc.lineno or 1, exc.offset or 1)]
+        # The running Python is the judge: newer syntax (PEP 695, 701) fails on an older one.
+        message = f"{type(exc).__name__}: {exc.msg} (as Python {sys.version_info[0]}.{sys.version_info[1]} reads it)"
+        return None, [syntax_error(path, message, exc.lineno or 1, exc.offset or 1)]
     except ValueError as exc:  # null bytes, before Python 3.12
         return None, [syntax_error(path, f"SyntaxError: {exc}")]
     except RecursionError:

@@ -481,3 +481,34 @@ def test_27_diff_applies_with_git_and_patch_without_a_final_newline(tmp_path, ta
     expected = (tmp_path / "a" / "m.py").read_text()
     assert expected.endswith("return model(x)")
     assert (tmp_path / "b" / "m.py").read_text() == expected == (tmp_path / "c" / "m.py").read_text()
+
+
+def test_26_a_notebook_named_explicitly_is_linted_like_its_code(tmp_path):
+    source = ["import torch\n", "for x, y in loader:\n", "    loss = model(x.cuda()).sum()\n", "    print(loss.item())\n"]
+    notebook = {"cells": [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": source}],
+                "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    (tmp_path / "train.ipynb").write_text(json.dumps(notebook))
+    (tmp_path / "train.py").write_text("".join(source))
+    as_notebook = torchlint("-n", "-q", "--select", "TL101", "train.ipynb", cwd=tmp_path, text=True)
+    as_script = torchlint("-n", "-q", "--select", "TL101", "train.py", cwd=tmp_path, text=True)
+    assert as_notebook.returncode == as_script.returncode == 1
+    # the same finding, placed by cell in the notebook: train.ipynb:cell 1:4:… and train.py:4:…
+    assert [line.split(" TL101 ")[0] for line in as_notebook.stdout.splitlines()] == [
+        "train.ipynb:cell 1:" + line.split(" TL101 ")[0].split(":", 1)[1] for line in as_script.stdout.splitlines()
+    ]
+    assert len(as_script.stdout.splitlines()) == 1
+
+
+def test_32_messages_say_which_python_judged_and_where_a_table_belongs(tmp_path):
+    (tmp_path / "a.py").write_text("type Point = tuple[float, float]\n")  # PEP 695: Python 3.12 and newer
+    result = torchlint("-n", "-q", "a.py", cwd=tmp_path, text=True)
+    version = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    if sys.version_info < (3, 12):
+        assert result.stdout == f"a.py:1:6: TL000 SyntaxError: invalid syntax (as Python {version} reads it)\n"
+    else:
+        assert result.stdout == ""
+    (tmp_path / "torchlint.toml").write_text('[tool.torchlint]\nselect = ["ALL"]\n')
+    result = torchlint("-n", "--config", "torchlint.toml", "a.py", cwd=tmp_path, text=True)
+    assert result.returncode == 2
+    assert result.stderr == ("torchlint: error: torchlint.toml: `[tool.torchlint]` is a pyproject.toml table; in this "
+                             "file, write its keys at the top level (or name a pyproject.toml with --config)\n")
