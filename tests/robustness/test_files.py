@@ -171,9 +171,25 @@ def test_killed_fix_leaves_every_file_whole_and_no_process_behind(tree, sig):
         originals[f"f{i:03d}.py"] = "".join(lines)
         fixed[f"f{i:03d}.py"] = "".join(lines).replace(".cuda()", "").replace(f"torch.ones({i})", f'torch.ones({i}, device="cuda")')
         (tree / f"f{i:03d}.py").write_text(originals[f"f{i:03d}.py"])
+    # Each process stalls after its tenth file, so the kill always lands mid-run
+    # however fast or slow the machine is (no race between the run and the poll).
+    hook = tree.parent / f"{tree.name}-hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import time\n"
+        "import torchlint.runner as runner\n"
+        "real, done = runner.run_text, []\n"
+        "def run_text(*args, **kwargs):\n"
+        "    done.append(1)\n"
+        "    if len(done) > 10:\n"
+        "        time.sleep(600)\n"
+        "    return real(*args, **kwargs)\n"
+        "runner.run_text = run_text\n"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")])))
     process = subprocess.Popen(
         [TORCHLINT, "--isolated", "--preview", "--fix", "--jobs", "2", "-s", "."], cwd=tree, start_new_session=True,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
     )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:  # wait until some files are fixed, not all

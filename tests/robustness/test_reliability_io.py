@@ -17,6 +17,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+import time
 import xml.dom.minidom
 
 import pytest
@@ -148,15 +149,22 @@ def test_02_two_fix_runs_at_once_lose_nothing(tmp_path):
     fixed it: A must not write its result over B's fixes. A second A then
     fixes what is left, and both fixes are in the file."""
     (tmp_path / "t2.py").write_text(LOADER)
-    go = tmp_path / "b-done"
+    read, go = tmp_path / "a-read", tmp_path / "b-done"
     env = during_run(tmp_path, f"""\
         import time
+        open({str(read)!r}, "w").close()
         while not os.path.exists({str(go)!r}):
             time.sleep(0.05)
     """)
+    environment = dict(os.environ, **env)
+    environment.pop("TORCHLINT_CACHE_DIR", None)
     run_a = subprocess.Popen([sys.executable, "-m", "torchlint", "--isolated", "--preview", "-n", "--fix", "--unsafe-fixes", "--select", "TL603", "t2.py"],
-                             cwd=tmp_path, env=dict(os.environ, **env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             cwd=tmp_path, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
+        deadline = time.monotonic() + 120
+        while not read.exists() and run_a.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)  # B starts only once A has read the file (a loaded machine starts A slowly)
+        assert read.exists(), run_a.stderr.read() if run_a.poll() is not None else "run A never read the file"
         done_b = torchlint("-n", "--fix", "--unsafe-fixes", "--select", "TL202", "t2.py", cwd=tmp_path, text=True)
         assert done_b.returncode == 0, done_b.stderr
         go.write_text("")
