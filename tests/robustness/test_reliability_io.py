@@ -520,3 +520,38 @@ def test_32_messages_say_which_python_judged_and_where_a_table_belongs(tmp_path)
     assert result.returncode == 2
     assert result.stderr == ("torchlint: error: torchlint.toml: `[tool.torchlint]` is a pyproject.toml table; in this "
                              "file, write its keys at the top level (or name a pyproject.toml with --config)\n")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_31_no_worker_outlives_a_killed_run_on_the_report_file(tmp_path):
+    """The report's file: a 1 MB expression (just under the 1 MiB guard) that
+    held a worker in libcst's parse for 8-11 s after its parent was killed.
+    The run (two such files, two jobs) is killed a second in, while it
+    parses; within 5 s no process of the run is left."""
+    for name in ("g.py", "h.py"):
+        (tmp_path / name).write_text("import torch\nfor x, y in loader:\n    v = f(" + ",".join(["x.item()"] * 116000) + ")\n")
+    run = subprocess.Popen([sys.executable, "-m", "torchlint", "--isolated", "-n", "-j", "2", "-q", "g.py", "h.py"], cwd=tmp_path,
+                           start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1.0)
+    if run.poll() is None:
+        os.kill(run.pid, 9)
+    run.wait(timeout=30)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and _in_group(run.pid):
+        time.sleep(0.1)
+    assert not _in_group(run.pid), "a worker outlived the killed run"
+
+
+def _in_group(pgid: int) -> bool:
+    """A live (not zombie) process in the process group ``pgid``."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
