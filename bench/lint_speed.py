@@ -99,8 +99,13 @@ def findings_of(texts, options):
     return sorted((d.path, d.row, d.column, d.code) for path, text in texts for d in lint_text(text, path, with_project(options, path), PROJECTS).diagnostics)
 
 
+# The installed command, never ``python -m torchlint``: from a clone's root, ``-m`` would
+# import the source folder, where ``rules/`` is not yet ``torchlint.rules``.
+TORCHLINT = os.path.join(os.path.dirname(sys.executable), "torchlint")
+
+
 def cli_wall(root: str, jobs: int) -> float:
-    command = [os.path.join(os.path.dirname(sys.executable), "torchlint"), "--jobs", str(jobs), "--preview", "--exit-zero", "-q", "--no-respect-gitignore", "--output-format", "json", "-o", os.devnull, root]
+    command = [TORCHLINT, "--jobs", str(jobs), "--preview", "--exit-zero", "-q", "--no-respect-gitignore", "--output-format", "json", "-o", os.devnull, root]
     start = time.perf_counter()
     subprocess.run(command, check=True)
     return time.perf_counter() - start
@@ -108,7 +113,7 @@ def cli_wall(root: str, jobs: int) -> float:
 
 def cli_cpu(root: str, env: dict) -> float:
     """User + system CPU seconds of one ``torchlint --jobs 1`` run on ``root``."""
-    command = [sys.executable, "-m", "torchlint", "--jobs", "1", "--preview", "--exit-zero", "-q", "--no-respect-gitignore", "--output-format", "json", "-o", os.devnull, root]
+    command = [TORCHLINT, "--jobs", "1", "--preview", "--exit-zero", "-q", "--no-respect-gitignore", "--output-format", "json", "-o", os.devnull, root]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     subprocess.run(command, check=True, env=env)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -171,8 +171,8 @@ def test_killed_fix_leaves_every_file_whole_and_no_process_behind(tree, sig):
         originals[f"f{i:03d}.py"] = "".join(lines)
         fixed[f"f{i:03d}.py"] = "".join(lines).replace(".cuda()", "").replace(f"torch.ones({i})", f'torch.ones({i}, device="cuda")')
         (tree / f"f{i:03d}.py").write_text(originals[f"f{i:03d}.py"])
-    # Each process stalls after its tenth file, so the kill always lands mid-run
-    # however fast or slow the machine is (no race between the run and the poll).
+    # After its tenth file, each process takes 2 s a file: the run cannot end before the
+    # kill however fast the machine is, and a job in flight still ends soon after it.
     hook = tree.parent / f"{tree.name}-hook"
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(
@@ -182,7 +182,7 @@ def test_killed_fix_leaves_every_file_whole_and_no_process_behind(tree, sig):
         "def run_text(*args, **kwargs):\n"
         "    done.append(1)\n"
         "    if len(done) > 10:\n"
-        "        time.sleep(600)\n"
+        "        time.sleep(2)\n"
         "    return real(*args, **kwargs)\n"
         "runner.run_text = run_text\n"
     )
