@@ -190,6 +190,9 @@ def test_killed_fix_leaves_every_file_whole_and_no_process_behind(tree, sig):
     process = subprocess.Popen(
         [TORCHLINT, "--isolated", "--preview", "--fix", "--jobs", "2", "-s", "."], cwd=tree, start_new_session=True,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+        # A run started in the background inherits an ignored SIGINT (as a shell's `cmd &` does, and as
+        # CI's runner may): give it the default, as a terminal's Ctrl-C would find it.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:  # wait until some files are fixed, not all
