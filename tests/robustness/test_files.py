@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from processes import group_alive  # a helper module beside the tests
 from torchlint import linter
 from torchlint.cli import main
 
@@ -141,24 +142,6 @@ def test_a_crashing_worker_costs_one_file(tree, capsys, monkeypatch):
         assert "All checks passed" not in out
 
 
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    # Zombies still count for killpg; look for members that are not.
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as handle:
-                    fields = handle.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[2]) == pgid and fields[0] != "Z":
-                return True
-    return False
-
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT])
 def test_killed_fix_leaves_every_file_whole_and_no_process_behind(tree, sig):
@@ -202,9 +185,9 @@ def test_killed_fix_leaves_every_file_whole_and_no_process_behind(tree, sig):
     os.kill(process.pid, sig)
     process.wait(timeout=30)
     deadline = time.monotonic() + 10
-    while _group_alive(process.pid) and time.monotonic() < deadline:
+    while group_alive(process.pid) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not _group_alive(process.pid), "a worker outlived the killed run"
+    assert not group_alive(process.pid), "a worker outlived the killed run"
     states = {"original": 0, "fixed": 0}
     for name in originals:
         text = (tree / name).read_text()

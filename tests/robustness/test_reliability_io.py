@@ -22,6 +22,7 @@ import xml.dom.minidom
 
 import pytest
 
+from processes import group_alive  # a helper module beside the tests
 from torchlint.cli import main
 
 SYNC = "import torch\nfor x, y in loader:\n    print(model(x.cuda()).item())\n"  # TL101 (and TL501 where a CPU path shows)
@@ -537,21 +538,7 @@ def test_31_no_worker_outlives_a_killed_run_on_the_report_file(tmp_path):
         os.kill(run.pid, 9)
     run.wait(timeout=30)
     deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and _in_group(run.pid):
+    while time.monotonic() < deadline and group_alive(run.pid):
         time.sleep(0.1)
-    assert not _in_group(run.pid), "a worker outlived the killed run"
+    assert not group_alive(run.pid), "a worker outlived the killed run"
 
-
-def _in_group(pgid: int) -> bool:
-    """A live (not zombie) process in the process group ``pgid``."""
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as handle:
-                fields = handle.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            return True
-    return False
