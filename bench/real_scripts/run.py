@@ -96,6 +96,24 @@ RECIPES: Dict[str, Recipe] = {
         spec={"datasets": {"MNIST": dict(MNIST, train=64 * 30)}, "max_steps": 200},
         cpu_spec={"datasets": {"MNIST": dict(MNIST, train=64 * 4)}, "max_steps": 8},
     ),
+    "resnet-tutorial": Recipe(
+        kind="vision, a tutorial's top-level loop with an evaluation pass (yunjey/pytorch-tutorial ResNet on CIFAR-10)",
+        project="yunjey+pytorch-tutorial", folder="tutorials/02-intermediate/deep_residual_network",
+        script="main.py",
+        # 80 epochs are fixed in the script: 10 batches an epoch, so its learning-rate decay (every 20 epochs)
+        # and its evaluation (10 batches) both run; its `(i+1) % 100` log never does.
+        spec={"datasets": {"CIFAR10": {"size": 32, "channels": 3, "classes": 10, "train": 1000, "test": 1000}},
+              "max_steps": 1000},
+        cpu_spec={"datasets": {"CIFAR10": {"size": 32, "channels": 3, "classes": 10, "train": 100, "test": 100}},
+                  "max_steps": 20},
+    ),
+    "wgan-gp": Recipe(
+        kind="GAN with a gradient penalty, critic stepped 5 times per generator step (PyTorch-GAN WGAN-GP on MNIST)",
+        project="eriklindernoren+PyTorch-GAN", folder="implementations/wgan_gp", script="wgan_gp.py",
+        args=["--n_epochs", "4", "--batch_size", "64", "--sample_interval", "50", "--n_cpu", "0"],
+        spec={"datasets": {"MNIST": dict(MNIST, train=64 * 50)}, "max_steps": 400},
+        cpu_spec={"datasets": {"MNIST": dict(MNIST, train=64 * 4)}, "max_steps": 8},
+    ),
     "gpt2-eager": Recipe(
         kind="language model (karpathy/llm.c GPT-2 124M reference, eager, bf16 autocast)",
         project="karpathy+llm.c", folder=".", script="train_gpt2.py",

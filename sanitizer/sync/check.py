@@ -114,7 +114,15 @@ from ..patching import PROTOTYPE_WARNING, SYNC_WARNING, WarningHook
 from ..patching import Patch as _Patch
 from ..session import Check, SessionView
 from ..session import sync_allowed as _sync_allowed
-from .kinds import builds_on_host, chooses_on_host, classify, rule_for
+from .kinds import (
+    CLOCK_LOOKAHEAD,
+    EXPLICIT_SYNC_KINDS,
+    builds_on_host,
+    chooses_on_host,
+    classify,
+    reads_clock,
+    rule_for,
+)
 from .verdicts import DEFAULT_MIN_COUNT, SiteRecord, sync_findings
 
 SYNC_DEBUG_OFF, SYNC_DEBUG_WARN = 0, 1  # torch.cuda.set_sync_debug_mode's "default" and "warn"
@@ -154,6 +162,8 @@ class _Site:
         "host_choice",
         "queried",
         "idle_arrivals",
+        "after_sync",
+        "clock_line",
     )
 
     def __init__(
@@ -187,6 +197,9 @@ class _Site:
         self.host_choice = False  # the line reads back a value it chose on the device
         self.queried: Dict[int, int] = {}  # step -> reads preceded by a stream query
         self.idle_arrivals: Dict[int, int] = {}  # step -> of those, reads that found the GPU idle
+        # step -> runs that came after an explicit synchronize earlier in the same step
+        self.after_sync: Dict[int, int] = {}
+        self.clock_line: Optional[int] = None  # an explicit synchronize: the line after it that reads a clock
         self.callee: Any = None  # the frame of the call the latest run made (see frames.sync_site_stack)
 
     @property
@@ -275,6 +288,8 @@ class SyncCheck(Check):
         self._window_events: Dict[str, int] = {}
         self._windows_used: set = set()
         self._line_cache: Dict[Tuple[str, int], str] = {}
+        # (step, site key) of the latest explicit synchronize: reads after it in the same step may be free
+        self._explicit_sync: Optional[Tuple[int, Tuple[str, int, str]]] = None
         self._classify_cache: Dict[Tuple[str, int, Optional[str]], str] = {}
         self._warning_hook: Optional[WarningHook] = None
         self._previous_mode: Optional[int] = None
@@ -639,6 +654,27 @@ class SyncCheck(Check):
         self._window_events.pop(kind, None)
 
     # -- recording ------------------------------------------------------------
+    def _clock_line(self, site: "_Site") -> Optional[int]:
+        """For an explicit synchronize: the line within ``CLOCK_LOOKAHEAD`` code lines after it that reads a clock.
+
+        A synchronize followed by a clock read ends a timed region: the wait is
+        the point (accurate per-step timing), not an accident to remove.
+        """
+        if site.kind not in EXPLICIT_SYNC_KINDS:
+            return None
+        file, line = site.key[0], site.key[1]
+        seen = 0
+        for number in range(line + 1, line + 1 + 4 * CLOCK_LOOKAHEAD):
+            text = self._source(file, number).strip()
+            if not text or text.startswith("#"):
+                continue
+            if reads_clock(text):
+                return number
+            seen += 1
+            if seen >= CLOCK_LOOKAHEAD:
+                break
+        return None
+
     def _source(self, file: str, line: int) -> str:
         key = (file, line)
         text = self._line_cache.get(key)
@@ -711,6 +747,10 @@ class SyncCheck(Check):
             if callee is None or callee is not site.callee:
                 site.runs += 1
                 site.run_steps[step] = site.run_steps.get(step, 0) + 1
+                if site.kind in EXPLICIT_SYNC_KINDS:
+                    self._explicit_sync = (step, site.key)
+                elif self._explicit_sync is not None and self._explicit_sync[0] == step:
+                    site.after_sync[step] = site.after_sync.get(step, 0) + 1
                 if not self._grad_enabled():
                     site.no_grad_runs += 1
                 site.callee = callee
@@ -803,6 +843,8 @@ class SyncCheck(Check):
                     host_choice=s.host_choice,
                     queried=dict(s.queried),
                     idle_arrivals=dict(s.idle_arrivals),
+                    after_sync=dict(s.after_sync),
+                    clock_line=self._clock_line(s),
                 )
                 for s in self._sites.values()
                 if not s.silenced

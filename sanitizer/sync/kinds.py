@@ -182,6 +182,22 @@ def chooses_on_host(source_line: str) -> bool:
     return bool(_HOST_CHOICE.search(_strip_comment(source_line)))
 
 
+# Kinds the user asks for on purpose: a wait for the whole device (or one stream or event).
+EXPLICIT_SYNC_KINDS = ("synchronize", "event-sync")
+# A clock read: the lines right after an explicit synchronize that read one time the region it ends.
+_CLOCK_READ = re.compile(
+    r"\b(?:time\.(?:time|perf_counter|monotonic)(?:_ns)?|perf_counter(?:_ns)?|monotonic(?:_ns)?|default_timer)\s*\(\s*\)"
+    r"|\.elapsed_time\s*\("
+)
+# How many code lines after a synchronize may hold the clock read that makes it a timer.
+CLOCK_LOOKAHEAD = 3
+
+
+def reads_clock(source_line: str) -> bool:
+    """The line reads a wall clock (``time.time()``, ``perf_counter()``) or an event's elapsed time."""
+    return bool(_CLOCK_READ.search(_strip_comment(source_line)))
+
+
 def builds_on_host(source_line: str) -> bool:
     """The line builds its tensor from numpy data (a host-built tensor copied to the device)."""
     return bool(HOST_BUILT_LINE.search(_strip_comment(source_line)))

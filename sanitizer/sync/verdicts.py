@@ -52,6 +52,15 @@ out and ``--gpu-sanitize-fail-on`` never fails on it:
   has just chosen on the device (``torch.multinomial(p, 1).item()``, an
   argmax'd token): a sampling or decoding loop needs it on the host to pick
   the next step.
+- ``timing``: an explicit ``synchronize()`` followed within a few lines by
+  a clock read (``time.time()``, ``perf_counter()``, ``elapsed_time``): the
+  wait that makes a per-step time accurate, there on purpose.
+- ``after-sync``: a read that came after an explicit synchronize in the same
+  step and found the GPU idle (nearly) every time: the synchronize already
+  waited, so this read adds no wait; the synchronize's own finding carries
+  the cost.
+- ``one-eval-pass``: a read on every batch of the run's only evaluation
+  pass, made after training: paid once, not on every step.
 - ``backward-symptom``: a sync inside ``backward()`` is the backward of an
   op with a data-dependent shape in forward (boolean-mask indexing,
   ``nonzero``, ``unique``); when the run recorded such a site with autograd
@@ -71,7 +80,7 @@ from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tupl
 from .. import frames as _frames
 from ..findings import SYNC, Finding, Frame
 from ..session import StepCount
-from .kinds import KINDS, fix_for, rule_for
+from .kinds import EXPLICIT_SYNC_KINDS, KINDS, fix_for, rule_for
 
 # Runs of a site (executions of its line) that make a loop of it.
 DEFAULT_MIN_COUNT = 5
@@ -81,6 +90,9 @@ IDLE_SHARE = 0.9
 # Why a repeated site costs nothing (the module docstring defines each).
 IDLE_ON_ARRIVAL = "idle-on-arrival"
 HOST_NEEDS_VALUE = "host-needs-value"
+TIMING = "timing"
+AFTER_SYNC = "after-sync"
+ONE_EVAL_PASS = "one-eval-pass"
 BACKWARD_SYMPTOM = "backward-symptom"
 # Sync kinds whose backward syncs too (a data-dependent shape), the causes of a "backward" site.
 _DATA_DEPENDENT_KINDS = ("mask-index", "nonzero", "unique")
@@ -121,6 +133,8 @@ class SiteRecord:
     host_choice: bool = False  # the line reads back a value it chose on the device (kinds.chooses_on_host)
     queried: Optional[Mapping[int, int]] = None  # step -> reads preceded by a stream query
     idle_arrivals: Optional[Mapping[int, int]] = None  # step -> of those, reads that found the GPU idle
+    after_sync: Optional[Mapping[int, int]] = None  # step -> runs after an explicit synchronize in that step
+    clock_line: Optional[int] = None  # an explicit synchronize: the line after it that reads a clock
 
 
 @dataclass(frozen=True)
@@ -129,7 +143,9 @@ class Cadence:
 
     kind: str  # one of PER_STEP, PER_EVAL_BATCH, PERIODIC, PER_ITERATION, FEW, ONCE, COMPILE
     occurrences: int  # measured steps with a run (1 for a program without steps)
-    period: Optional[int] = None  # steps between runs, for PERIODIC
+    period: Optional[int] = None  # steps between runs, for PERIODIC (the mean gap when the gaps differ)
+    regular: bool = True  # PERIODIC: most gaps are the same
+    gap_range: Optional[Tuple[int, int]] = None  # PERIODIC and irregular: the smallest and largest gap
     every_step: Optional[bool] = None  # in every measured step; None without steps
 
     @property
@@ -154,8 +170,20 @@ def cadence_of(site: SiteRecord, steps: StepCount, min_count: int) -> Cadence:
     if site.no_grad_runs >= min_count and measured_runs >= 2 * max(1, occurrences):
         return Cadence(PER_EVAL_BATCH, occurrences, every_step=every_step)
     if stepped and gaps and median(gaps) >= 2:
-        period = Counter(gaps).most_common(1)[0][0]
-        return Cadence(PERIODIC, occurrences, period=period, every_step=every_step)
+        period, times = Counter(gaps).most_common(1)[0]
+        if times * 2 > len(gaps):
+            return Cadence(PERIODIC, occurrences, period=period, every_step=every_step)
+        # Gaps that differ (a guard on a per-epoch counter fires at its start and again near its end):
+        # the mean gap, and the range, rather than one gap picked as "the" period.
+        mean_gap = max(2, round((measured[-1] - measured[0]) / len(gaps)))
+        return Cadence(
+            PERIODIC,
+            occurrences,
+            period=mean_gap,
+            regular=False,
+            gap_range=(min(gaps), max(gaps)),
+            every_step=every_step,
+        )
     if site.runs >= min_count:
         return Cadence(PER_ITERATION, occurrences, every_step=every_step)
     return Cadence(ONCE if site.runs <= 1 else FEW, occurrences, every_step=every_step)
@@ -165,10 +193,20 @@ def sync_findings(
     sites: Sequence[SiteRecord], steps: StepCount, min_count: int, test_id: Optional[str] = None
 ) -> List[Finding]:
     """One finding per site that synced in a measured step, the costliest first."""
-    pairs = [(site, _site_finding(site, steps, min_count, test_id)) for site in sites]
+    explicit = _explicit_sync_places(sites, steps, min_count)
+    pairs = [(site, _site_finding(site, steps, min_count, test_id, explicit)) for site in sites]
     results = _link_backward_symptoms([(site, finding) for site, finding in pairs if finding is not None])
     results.sort(key=lambda f: (-(f.details["stall_ms"] or 0.0), -f.count, f.file or "", f.line or 0))
     return results
+
+
+def _explicit_sync_places(sites: Sequence[SiteRecord], steps: StepCount, min_count: int) -> List[Tuple[str, int, str]]:
+    """(file, line, function) of the explicit synchronizes that repeat: a read after one may wait for nothing."""
+    return [
+        site.stack[0]
+        for site in sites
+        if site.kind in EXPLICIT_SYNC_KINDS and site.stack and cadence_of(site, steps, min_count).repeated
+    ]
 
 
 def _link_backward_symptoms(pairs: List[Tuple[SiteRecord, Finding]]) -> List[Finding]:
@@ -244,13 +282,73 @@ def _no_stall(site: SiteRecord, steps: StepCount, cadence: Cadence) -> Optional[
     return None
 
 
-def _site_finding(site: SiteRecord, steps: StepCount, min_count: int, test_id: Optional[str]) -> Optional[Finding]:
+def _timing_sync(site: SiteRecord, cadence: Cadence) -> Optional[Tuple[str, str]]:
+    if not cadence.repeated or site.clock_line is None:
+        return None
+    return TIMING, (
+        f"deliberate: an explicit synchronize that ends a timed region (the clock is read at line "
+        f"{site.clock_line}), the wait that makes the per-step time accurate; drop both when the timing "
+        "is not needed"
+    )
+
+
+def _after_sync(
+    site: SiteRecord,
+    steps: StepCount,
+    cadence: Cadence,
+    idle: Optional[Tuple[int, int]],
+    explicit: Sequence[Tuple[str, int, str]],
+) -> Optional[Tuple[str, str]]:
+    """A read that follows an explicit synchronize in its step and finds the GPU idle: free.
+
+    "Follows" in the code too: the synchronize is earlier in the same
+    function. A read at the top of the next iteration also comes after it in
+    the step's time, but the work the iteration enqueued since may be what it
+    waits for (the GPU was idle only because this run's steps are small).
+    """
+    if not cadence.repeated or idle is None or not site.stack:
+        return None
+    file, line, function = site.stack[0]
+    before = [f"{_frames.short_path(f)}:{n}" for f, n, name in explicit if (f, name) == (file, function) and n < line]
+    if not before:
+        return None
+    measured_runs = sum(n for step, n in (site.run_steps or site.steps).items() if steps.is_measured(step))
+    after = sum(n for step, n in (site.after_sync or {}).items() if steps.is_measured(step))
+    if not measured_runs or after < IDLE_SHARE * measured_runs:
+        return None
+    return AFTER_SYNC, (
+        f"no wait of its own: it comes after the explicit synchronize at {', '.join(before)} in the same "
+        "step and found the GPU idle; that synchronize is the step's wait"
+    )
+
+
+def _one_eval_pass(
+    site: SiteRecord, steps: StepCount, cadence: Cadence, stall_ms: Optional[float]
+) -> Optional[Tuple[str, str]]:
+    """Every batch of the run's only evaluation pass, after training: a one-off cost."""
+    if cadence.kind != PER_EVAL_BATCH or steps.completed == 0 or cadence.occurrences != 1:
+        return None
+    cost = f", {stall_ms:.1f} ms host wait in all" if stall_ms is not None else ""
+    return ONE_EVAL_PASS, (
+        f"once per run: every batch of the run's only evaluation pass{cost}; paid once, not per training step"
+    )
+
+
+def _site_finding(
+    site: SiteRecord,
+    steps: StepCount,
+    min_count: int,
+    test_id: Optional[str],
+    explicit: Sequence[Tuple[str, int, str]] = (),
+) -> Optional[Finding]:
     measured = {step: n for step, n in site.steps.items() if steps.is_measured(step)}
     count = sum(measured.values())
     if count == 0:
         return None
     cadence = cadence_of(site, steps, min_count)
     warmup_count = sum(site.steps.values()) - count
+    run_steps = site.run_steps if site.run_steps is not None else site.steps
+    measured_runs = sum(n for step, n in run_steps.items() if steps.is_measured(step))
     stall_s = sum(v for step, v in site.stall.items() if steps.is_measured(step))
     timed = sum(v for step, v in site.timed.items() if steps.is_measured(step))
     steps_seen = sorted(measured)
@@ -264,6 +362,7 @@ def _site_finding(site: SiteRecord, steps: StepCount, min_count: int, test_id: O
         "api": site.api,
         "cadence": cadence.kind,
         "period_steps": cadence.period,
+        "period_regular": cadence.regular if cadence.kind == PERIODIC else None,
         "per_step": round(per_step, 3),
         "steps": steps_seen[:100],
         "steps_truncated": len(steps_seen) > 100,
@@ -277,6 +376,8 @@ def _site_finding(site: SiteRecord, steps: StepCount, min_count: int, test_id: O
         "user_frame": bool(site.stack) and site.stack[0] is not None and _frames.is_user_file(file),
         "runs": site.runs,
         "eval_runs": site.no_grad_runs,
+        "measured_runs": measured_runs,
+        "warmup_runs": site.runs - measured_runs,
         "repeated": cadence.repeated,
     }
     if site.kind in ("copy", "pageable-copy") and site.pinned:
@@ -294,7 +395,12 @@ def _site_finding(site: SiteRecord, steps: StepCount, min_count: int, test_id: O
             f"; the GPU was already idle when it arrived ({idle[0]} of {idle[1]} reads asked): "
             f"no wait measured in this run, but a step with more GPU work would wait here"
         )
-    no_stall = _no_stall(site, steps, cadence)
+    no_stall = (
+        _no_stall(site, steps, cadence)
+        or _timing_sync(site, cadence)
+        or _after_sync(site, steps, cadence, idle, explicit)
+        or _one_eval_pass(site, steps, cadence, stall_ms)
+    )
     if no_stall is not None:
         reason, sentence = no_stall
         details["no_stall"] = reason
@@ -325,10 +431,13 @@ def _message(cadence: Cadence, label: str, count: int, runs: int, steps: StepCou
         )
         return f"{label} blocks the host until the GPU catches up, per step ({count}x, {where})"
     if cadence.kind == PER_EVAL_BATCH:
+        # Reads and passes over the same measured steps as the finding's count (warm-up told apart).
         passes = f" in {cadence.occurrences} evaluation pass(es)" if stepped else ""
+        warmup = details["warmup_runs"]
+        earlier = f"; {warmup} more in warm-up" if warmup and stepped else ""
         return (
-            f"{label} blocks the host on every evaluation or inference batch ({details['eval_runs']} reads "
-            f"with autograd off{passes})"
+            f"{label} blocks the host on every evaluation or inference batch ({details['measured_runs']} reads "
+            f"with autograd off{passes}{earlier})"
         )
     if cadence.kind == PER_ITERATION:
         scope = "over the whole run, no training steps seen" if not stepped else "outside the training steps"
@@ -336,10 +445,12 @@ def _message(cadence: Cadence, label: str, count: int, runs: int, steps: StepCou
     if cadence.kind == PERIODIC:
         per_read = details["per_read_ms"]
         cost = f", {per_read:.3f} ms host wait per read" if per_read is not None else ""
-        return (
-            f"periodic: {label} every {cadence.period} steps ({cadence.occurrences} times{cost}); "
-            f"already periodic, not a per-step stall"
-        )
+        if not cadence.regular and cadence.gap_range is not None:
+            low, high = cadence.gap_range
+            every = f"about every {cadence.period} steps (gaps of {low} to {high} steps)"
+        else:
+            every = f"every {cadence.period} steps"
+        return f"periodic: {label} {every} ({cadence.occurrences} times{cost}); already periodic, not a per-step stall"
     if cadence.kind == COMPILE:
         return (
             f"during compilation: {label} ran {runs}x inside torch.compile's own work "

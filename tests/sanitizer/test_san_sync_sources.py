@@ -316,3 +316,128 @@ def test_a_numpy_built_copy_through_the_wrapper_is_host_built(lib, tmp_path):
             module.step(to, torch.tensor)
     [finding] = session.findings
     assert finding.details["sync_kind"] == "host-built" and finding.rule == "TL204"
+
+
+# --- waits that are already paid: a timer's synchronize, a read after it, one final evaluation ---------
+
+def test_a_synchronize_followed_by_a_clock_read_is_a_deliberate_timer():
+    """llm.c: ``torch.cuda.synchronize()`` then ``t1 = time.time()`` for an accurate per-step time."""
+    [finding] = sync_findings([_with(site(kind="synchronize"), clock_line=45)], TRAIN, MIN_COUNT)
+    assert (finding.severity, finding.rule, finding.details["no_stall"]) == ("info", None, "timing")
+    assert "clock is read at line 45" in finding.message and is_no_stall(finding)
+
+
+def test_a_per_step_synchronize_with_no_clock_after_it_stays_a_warning():
+    [finding] = sync_findings([site(kind="synchronize")], TRAIN, MIN_COUNT)
+    assert (finding.severity, finding.rule) == ("warning", "TL102")
+
+
+def test_a_read_after_the_steps_synchronize_that_finds_the_gpu_idle_adds_no_wait():
+    """llm.c prints ``norm`` right after its timing synchronize: the format read waits for nothing."""
+    wait = _with(site(kind="synchronize", line=40), clock_line=41)
+    read = _with(site(kind="format", line=44, queried=EVERY_STEP, idle=EVERY_STEP), after_sync=EVERY_STEP)
+    by_line = findings_by_line([wait, read])
+    assert (by_line[44].severity, by_line[44].rule, by_line[44].details["no_stall"]) == ("info", None, "after-sync")
+    assert "explicit synchronize at /u/train.py:40 in the same step" in by_line[44].message
+
+
+@pytest.mark.parametrize("busy, after, line", [(True, True, 44), (False, False, 44), (False, True, 30)])
+def test_a_read_after_a_synchronize_still_counts_when_the_gpu_was_busy_or_no_synchronize_came_first(busy, after, line):
+    """Busy on arrival; no synchronize before it in its step; or after last iteration's synchronize only
+    (llm.c's ``lossf.item()`` above the synchronize in the loop body: the step's forward and backward came
+    in between)."""
+    idle = {step: 1 for step in range(0, 100, 3)} if busy else EVERY_STEP
+    read = _with(site(kind="format", line=line, queried=EVERY_STEP, idle=idle), after_sync=EVERY_STEP if after else {})
+    by_line = findings_by_line([site(kind="synchronize", line=40), read])
+    assert (by_line[line].severity, by_line[line].rule) == ("warning", "TL101")
+
+
+def test_every_batch_of_the_one_evaluation_pass_after_training_is_paid_once():
+    """A tutorial's final ``correct += (predicted == labels).sum().item()`` over the test set."""
+    record = site(run_steps={99: 20}, no_grad=True)
+    [finding] = sync_findings([record], TRAIN, MIN_COUNT)
+    assert finding.details["cadence"] == "per-eval-batch" and finding.details["no_stall"] == "one-eval-pass"
+    assert (finding.severity, finding.rule) == ("info", None) and "only evaluation pass" in finding.message
+
+
+def test_an_inference_script_s_one_pass_stays_a_warning():
+    """Without training steps the pass is the program: every batch's read is its cost."""
+    [finding] = sync_findings([site(run_steps={0: 50}, no_grad=True)], StepCount(completed=0, warmup=0), MIN_COUNT)
+    assert finding.details["cadence"] == "per-eval-batch" and (finding.severity, finding.rule) == ("warning", "TL101")
+
+
+def test_an_evaluation_pass_in_warm_up_is_told_apart_from_the_measured_reads():
+    """llm.c validates at steps 0, 20, 40 and 60, 8 batches each; step 0 is in warm-up."""
+    record = site(run_steps={step: 8 for step in (0, 20, 40, 60)}, no_grad=True)
+    [finding] = sync_findings([record], TRAIN, MIN_COUNT)
+    assert finding.count == 24 and finding.severity == "warning"
+    assert "(24 reads with autograd off in 3 evaluation pass(es); 8 more in warm-up)" in finding.message
+
+
+def test_a_guard_on_a_per_epoch_counter_is_periodic_with_its_mean_gap_and_range():
+    """``step = (i+1) // seq_length; if step % 100 == 0`` with 104 steps an epoch: at 0 and 100 of each."""
+    steps = [epoch * 104 + i for epoch in range(5) for i in (0, 100)]
+    [finding] = sync_findings([site(run_steps={s: 1 for s in steps})], StepCount(completed=520, warmup=2), MIN_COUNT)
+    assert finding.details["cadence"] == "periodic" and finding.details["period_regular"] is False
+    assert "about every 52 steps (gaps of 4 to 100 steps)" in finding.message
+
+
+def test_the_clock_read_after_a_synchronize_is_found_in_the_user_s_source(lib, tmp_path):
+    from san_sync_helpers import write_user_module
+
+    module = write_user_module(tmp_path, "timed_step", """
+        import time
+
+        def step(wait, records):
+            wait()
+            # accurate per-iteration timings below
+            t1 = time.time()
+            records.append(t1)
+
+        def untimed(wait):
+            wait()
+            x = 1
+            y = 2
+            z = 3
+            return time.time()
+    """)
+    with sanitize(checks={"sync"}) as session:
+        check = session._checks[0]
+        wait = check._timed("synchronize", "torch.cuda.synchronize", explicit=True)(lambda: lib.read_back(None))
+        for _ in range(6):
+            module.step(wait, [])
+            module.untimed(wait)
+            session.step()
+    clocks = {s.key[1]: check._clock_line(s) for s in check._sites.values()}
+    assert sorted(clocks.values(), key=str) == [7, None]
+
+
+def test_reads_after_a_synchronize_in_the_same_step_are_counted(lib):
+    with sanitize(checks={"sync"}) as session:
+        check = session._checks[0]
+        wait = check._timed("synchronize", "torch.cuda.synchronize", explicit=True)(lambda: lib.read_back(None))
+        read = check._timed("item", "Tensor.item", bare=True)(lambda value: lib.read_back(2.0))
+        for _ in range(6):
+            read(_OnDevice()); before = sys._getframe().f_lineno
+            wait()
+            read(_OnDevice()); after = sys._getframe().f_lineno
+            session.step()
+    by_line = {s.key[1]: s for s in check._sites.values() if s.kind == "item"}
+    assert by_line[before].after_sync == {} and sum(by_line[after].after_sync.values()) == 6
+
+
+def _with(record, **changes):
+    from dataclasses import replace
+
+    return replace(record, **changes)
+
+
+@pytest.mark.parametrize("line, clock", [
+    ("t1 = time.time()", True), ("t0 = time.perf_counter()", True), ("now = perf_counter_ns()", True),
+    ("ms = start.elapsed_time(end)", True), ("dt = timer()", False), ("# time.time()", False),
+    ("x = time_step(3)", False),
+])
+def test_which_lines_read_a_clock(line, clock):
+    from torchlint.sanitizer.sync.kinds import reads_clock
+
+    assert reads_clock(line) is clock

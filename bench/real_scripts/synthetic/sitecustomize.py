@@ -101,7 +101,34 @@ def _torchvision_stand_in():
         def __call__(self, tensor):
             return (tensor - self.mean) / self.std
 
-    for cls in (Compose, ToTensor, Resize, Normalize):
+    class Pad:
+        def __init__(self, padding, **_):
+            self.padding = padding
+
+        def __call__(self, image):
+            from PIL import ImageOps
+
+            return ImageOps.expand(image, border=self.padding)
+
+    class RandomHorizontalFlip:
+        def __init__(self, p=0.5):
+            self.p = p
+
+        def __call__(self, image):
+            from PIL import Image
+
+            return image.transpose(Image.FLIP_LEFT_RIGHT) if np.random.random() < self.p else image
+
+    class RandomCrop:
+        def __init__(self, size, **_):
+            self.size = size
+
+        def __call__(self, image):
+            left = np.random.randint(0, image.width - self.size + 1)
+            top = np.random.randint(0, image.height - self.size + 1)
+            return image.crop((left, top, left + self.size, top + self.size))
+
+    for cls in (Compose, ToTensor, Resize, Normalize, Pad, RandomHorizontalFlip, RandomCrop):
         setattr(transforms, cls.__name__, cls)
 
     def save_image(tensor, path, **_):
