@@ -2,7 +2,7 @@
 
 Each ```console block that runs `$ torchlint ...` is run again, in the checkout, and must print
 exactly what the README shows; the sanitizer summary must be what `torchlint-sanitize` prints
-for the recorded run it quotes (tests/sanitizer/data/reports/tour.json). When a change alters
+for the recorded runs it quotes (tests/sanitizer/data/reports/tour.json and lm-tutorial.json). When a change alters
 these outputs, the README changes with it.
 """
 import json
@@ -12,6 +12,8 @@ import shlex
 import sys
 from pathlib import Path
 
+import pytest
+
 from user_env import REPO, run
 
 from torchlint.sanitizer.findings import Finding
@@ -20,6 +22,8 @@ from torchlint.sanitizer.report import render_summary
 README = (REPO / "README.md").read_text(encoding="utf-8")
 BIN = Path(sys.executable).parent
 TOUR = REPO / "tests" / "sanitizer" / "data" / "reports" / "tour.json"
+# yunjey/pytorch-tutorial's language model under the sanitizer on an H200 (bench/real_scripts/run.py lm-tutorial)
+REAL_SCRIPT = REPO / "tests" / "sanitizer" / "data" / "reports" / "lm-tutorial.json"
 
 
 def fenced(language: str):
@@ -38,11 +42,12 @@ def test_every_torchlint_console_example_prints_what_the_readme_shows(tmp_path):
         assert result.stdout + result.stderr == shown, f"README example `{command}` is stale"
 
 
-def test_the_sanitizer_summary_is_the_recorded_runs():
-    report = json.loads(TOUR.read_text())
+@pytest.mark.parametrize("recorded, script", [(TOUR, "examples/sanitizer_tour.py"), (REAL_SCRIPT, "main.py")])
+def test_the_sanitizer_summary_is_the_recorded_runs(recorded, script):
+    report = json.loads(recorded.read_text())
     printed = render_summary([Finding.from_json(f) for f in report["findings"]], report["steps"],
                              title="torchlint-sanitize").splitlines()
-    block = next(b for b in fenced("text") if b.startswith("torchlint-sanitize: "))
+    [block] = [b for b in fenced("text") if b.startswith("torchlint-sanitize: ") and f"\n  {script}:" in b]
     shown = [line for line in block.splitlines() if line.strip() != "…"]
     assert shown[0] == printed[0]
     for line in shown[1:]:
