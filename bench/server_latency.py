@@ -15,7 +15,9 @@ clock of the client:
 - burst: ten didChanges sent at once, then the time to the diagnostics of
   the last one; no diagnostics of an older version may arrive after it
   (stale lints are dropped);
-- code action and hover at a finding, answered from the last lint;
+- code action and hover at a finding, answered from the last lint ("fix
+  all" comes without its edit, which the client resolves when the user
+  picks it: that resolve is timed apart);
 - the lint alone: `lint_text` on the same text in this process, for scale.
 
 It prints the median and the max of each, in milliseconds.
@@ -112,9 +114,12 @@ async def measure(lines: int, edits: int) -> None:
     uri = path.as_uri()
     client = Client()
     await client.start_io(sys.executable, "-m", "torchlint", "server", "--preview")
-    await client.initialize_async(
-        types.InitializeParams(capabilities=types.ClientCapabilities(), root_uri=root.as_uri())
+    # As VS Code and Neovim 0.10 do: a code action's edit is asked for when the user picks it.
+    resolving = types.CodeActionClientCapabilities(
+        data_support=True, resolve_support=types.ClientCodeActionResolveOptions(properties=["edit"])
     )
+    capabilities = types.ClientCapabilities(text_document=types.TextDocumentClientCapabilities(code_action=resolving))
+    await client.initialize_async(types.InitializeParams(capabilities=capabilities, root_uri=root.as_uri()))
     client.initialized(types.InitializedParams())
     print(
         f"file: {text.count(chr(10))} lines, {len(text)} characters; python {sys.version.split()[0]}, {os.cpu_count()} CPUs"
@@ -178,6 +183,22 @@ async def measure(lines: int, edits: int) -> None:
         )
         hovers.append(time.perf_counter() - started)
     summary("code action", actions)
+
+    whole = types.Range(types.Position(0, 0), types.Position(len(text.splitlines()), 0))
+    resolves = []
+    for _ in range(3):
+        [fix_all] = await client.text_document_code_action_async(
+            types.CodeActionParams(
+                types.TextDocumentIdentifier(uri),
+                whole,
+                types.CodeActionContext(diagnostics=[], only=[types.CodeActionKind.SourceFixAll]),
+            )
+        )
+        started = time.perf_counter()
+        resolved = await client.code_action_resolve_async(fix_all)
+        resolves.append(time.perf_counter() - started)
+        assert resolved.edit is not None
+    summary("fix all, resolved when picked", resolves)
     summary("hover", hovers)
 
     await client.shutdown_async(None)

@@ -224,10 +224,46 @@ class TorchlintServer(LanguageServer):
         actions = [action for _, action in sorted(fixes, key=lambda item: item[0])]  # safe first
         actions += [action for action in noqa if action is not None]
         if linted.cells is None and _kind_wanted(params, FIX_ALL_KIND):
-            fix_all = await self.fix_all_action(uri, linted, document)
+            if self.resolves_edits():
+                fix_all = self.fix_all_stub(uri, linted)
+            else:
+                fix_all = await self.fix_all_action(uri, linted, document)
             if fix_all is not None:
                 actions.append(fix_all)
         return actions
+
+    def resolves_edits(self) -> bool:
+        """The client asks for a code action's edit when the user picks it (codeAction/resolve)."""
+        try:
+            support = self.client_capabilities.text_document.code_action.resolve_support  # type: ignore[union-attr]
+        except AttributeError:
+            return False
+        return support is not None and "edit" in (support.properties or [])
+
+    def fix_all_stub(self, uri: str, linted: Linted) -> Optional[types.CodeAction]:
+        """"Fix all" without its edit: fixing the file lints it again, a few times, which a menu
+        that opens on every cursor move cannot wait for. The edit comes in ``resolve_fix_all``."""
+        unsafe = self.settings.unsafe_fixes(self.settings.config_for(self.path_of(uri)))
+        if not any(is_applicable(d.fix, unsafe) for d in linted.findings):
+            return None
+        return types.CodeAction(self.fix_all_title(unsafe), kind=FIX_ALL_KIND, data={"uri": uri})
+
+    @staticmethod
+    def fix_all_title(unsafe: bool) -> str:
+        return "torchlint: fix all" + (" (safe and unsafe fixes)" if unsafe else " safe fixes")
+
+    async def resolve_fix_all(self, action: types.CodeAction) -> types.CodeAction:
+        """The edit of a "fix all" the user picked, for the document as it is now."""
+        uri = (action.data or {}).get("uri") if isinstance(action.data, dict) else None
+        linted = await self.current(uri) if uri else None
+        if uri is None or linted is None or linted.cells is not None:
+            return action
+        resolved = await self.fix_all_action(uri, linted, self.workspace.get_text_document(uri))
+        if resolved is None:  # nothing left to fix: an empty edit, so the client applies nothing
+            action.edit = types.WorkspaceEdit(changes={uri: []})
+            return action
+        action.edit = resolved.edit
+        return action
 
     def noqa_action(
         self, d: Diagnostic, document: TextDocument, diagnostic: types.Diagnostic
@@ -270,9 +306,10 @@ class TorchlintServer(LanguageServer):
         if result.error is not None or result.text == linted.text:
             return None
         whole = types.Range(types.Position(0, 0), types.Position(len(document.lines), 0))
-        title = "torchlint: fix all" + (" (safe and unsafe fixes)" if unsafe else " safe fixes")
         return types.CodeAction(
-            title, kind=FIX_ALL_KIND, edit=types.WorkspaceEdit(changes={uri: [types.TextEdit(whole, result.text)]})
+            self.fix_all_title(unsafe),
+            kind=FIX_ALL_KIND,
+            edit=types.WorkspaceEdit(changes={uri: [types.TextEdit(whole, result.text)]}),
         )
 
     # -- hover -----------------------------------------------------------------------------
@@ -430,10 +467,14 @@ def build_server(cli_args: Sequence[str], settings_from: Callable[[Sequence[str]
 
     @server.feature(
         types.TEXT_DOCUMENT_CODE_ACTION,
-        types.CodeActionOptions(code_action_kinds=[types.CodeActionKind.QuickFix, FIX_ALL_KIND]),
+        types.CodeActionOptions(code_action_kinds=[types.CodeActionKind.QuickFix, FIX_ALL_KIND], resolve_provider=True),
     )
     async def code_action(ls: TorchlintServer, params: types.CodeActionParams) -> List[types.CodeAction]:
         return await ls.code_actions(params)
+
+    @server.feature(types.CODE_ACTION_RESOLVE)
+    async def code_action_resolve(ls: TorchlintServer, action: types.CodeAction) -> types.CodeAction:
+        return await ls.resolve_fix_all(action)
 
     @server.feature(types.TEXT_DOCUMENT_HOVER)
     async def hover(ls: TorchlintServer, params: types.HoverParams) -> Optional[types.Hover]:

@@ -55,6 +55,21 @@ async def client(lsp_client: LanguageClient, tmp_path_factory):
     await lsp_client.shutdown_session()
 
 
+@pytest_lsp.fixture(
+    config=ClientServerConfig(server_command=[sys.executable, "-m", "torchlint", "server", "--preview"])
+)
+async def plain_client(lsp_client: LanguageClient, tmp_path_factory):
+    """A client that cannot resolve a code action's edit later (no ``resolveSupport``)."""
+    root = tmp_path_factory.mktemp("project")
+    (root / "pyproject.toml").write_text('[tool.torchlint]\nselect = ["ALL"]\n')
+    lsp_client.project = root
+    await lsp_client.initialize_session(
+        types.InitializeParams(capabilities=types.ClientCapabilities(), root_uri=root.as_uri())
+    )
+    yield
+    await lsp_client.shutdown_session()
+
+
 async def diagnostics_for(client: LanguageClient, uri: str):
     async def published():
         while uri not in client.diagnostics:
@@ -137,9 +152,20 @@ async def test_safe_fixes_come_before_unsafe_ones_and_fix_all_fixes_the_file(cli
     whole = types.Diagnostic(range=types.Range(types.Position(0, 0), types.Position(13, 0)), message="")
     (fix_all,) = await actions_at(client, uri, whole, only=[types.CodeActionKind.SourceFixAll])
     assert fix_all.kind == "source.fixAll.torchlint"
+    # VS Code resolves an action's edit when it is picked: the menu does not wait for the fixes.
+    assert fix_all.edit is None
+    fix_all = await asyncio.wait_for(client.code_action_resolve_async(fix_all), WAIT_S)
     everything = apply_edits(TRAIN, fix_all.edit.changes[uri])
     assert "non_blocking=True" in everything
     assert "set_to_none=False" in everything  # an unsafe fix: fix-all applies the safe ones, as --fix does
+
+
+async def test_a_client_that_cannot_resolve_gets_fix_all_with_its_edit(plain_client: LanguageClient):
+    uri = await open_file(plain_client, "train.py", TRAIN)
+    await diagnostics_for(plain_client, uri)
+    whole = types.Diagnostic(range=types.Range(types.Position(0, 0), types.Position(13, 0)), message="")
+    (fix_all,) = await actions_at(plain_client, uri, whole, only=[types.CodeActionKind.SourceFixAll])
+    assert "non_blocking=True" in apply_edits(TRAIN, fix_all.edit.changes[uri])
 
 
 async def test_a_change_is_linted_again(client: LanguageClient):
