@@ -241,7 +241,7 @@ class TorchlintServer(LanguageServer):
         return support is not None and "edit" in (support.properties or [])
 
     def fix_all_stub(self, uri: str, linted: Linted) -> Optional[types.CodeAction]:
-        """"Fix all" without its edit: fixing the file lints it again, a few times, which a menu
+        """The "fix all" action without its edit: fixing the file lints it again, a few times, which a menu
         that opens on every cursor move cannot wait for. The edit comes in ``resolve_fix_all``."""
         unsafe = self.settings.unsafe_fixes(self.settings.config_for(self.path_of(uri)))
         if not any(is_applicable(d.fix, unsafe) for d in linted.findings):
