@@ -24,8 +24,9 @@ from libcst._nodes.internal import CodegenState
 from torchlint import noqa
 from torchlint.collector import Collector
 from torchlint.crossfile import ProjectAnalysis
+from torchlint.incremental import ChunkedParser
 from torchlint.model import FileModel
-from torchlint.positions import positions_of
+from torchlint.positions import PlacementMemo, positions_of
 from torchlint.project import ProjectFacts, Projects, TorchRange, for_file, is_test_module, with_target
 from torchlint.registry import SyntaxErrorRule
 from torchlint.rule import (
@@ -91,10 +92,18 @@ def syntax_error(path: str, message: str, row: int = 1, column: int = 1) -> Diag
     )
 
 
-def lint_text(text: str, path: str, options: FileOptions, projects: Optional[Projects] = None) -> LintOutput:
+def lint_text(
+    text: str,
+    path: str,
+    options: FileOptions,
+    projects: Optional[Projects] = None,
+    parser: Optional[ChunkedParser] = None,
+) -> LintOutput:
     """The findings of one file. ``projects`` holds the run's projects, whose
     cross-file facts the lint may consult and keep; None: a fresh set for
-    this one call."""
+    this one call. ``parser``: an editor's parser of this document, which
+    reuses what did not change since its last text (torchlint.incremental);
+    None: a whole parse."""
     # CPython's compiler decides what is a syntax error (TL000), and it runs
     # first: libcst's native parser can crash the process on input CPython
     # rejects (~1,300 nested parentheses), and compiling costs a tenth of
@@ -107,7 +116,9 @@ def lint_text(text: str, path: str, options: FileOptions, projects: Optional[Pro
         return LintOutput([], [], False)
     try:
         with _collection_paused():
-            return with_deep_stack(_lint_module, elide_large_literals(text, tree), path, options, rules, tree, projects)
+            return with_deep_stack(
+                _lint_module, elide_large_literals(text, tree), path, options, rules, tree, projects, parser
+            )
     except RecursionError:
         return LintOutput([], [InternalError(path, "engine", "file too deeply nested to analyse")], True)
 
@@ -119,10 +130,11 @@ def _lint_module(
     rules: Sequence[Type[Rule]],
     tree: Optional[ast.Module] = None,
     projects: Optional[Projects] = None,
+    parser: Optional[ChunkedParser] = None,
 ) -> LintOutput:
     text = text_for_libcst(text)
     try:
-        module = parse_module(text)
+        module = parser.parse(text, tree) if parser is not None else parse_module(text)
     except cst.ParserSyntaxError as exc:  # CPython compiled it; libcst's grammar lags behind
         return LintOutput(
             [
@@ -168,7 +180,8 @@ def _lint_module(
             failed[instance] = InternalError(path, instance.code, traceback.format_exc())
 
     reports = [r for r in ctx.reports if r[0] not in failed]
-    diagnostics = _place(reports, module, text, path) if reports else []
+    memo = parser.placements if parser is not None else None
+    diagnostics = _place(reports, module, text, path, memo) if reports else []
     if diagnostics and not options.ignore_noqa:
         suppressions = noqa.parse(text)
         diagnostics = [d for d in diagnostics if not suppressions.suppresses(d.code, d.noqa_row or d.row)]
@@ -512,13 +525,13 @@ def elide_large_literals(text: str, tree: Optional[ast.Module]) -> str:
     return "".join(lines) if changed else text
 
 
-def _place(reports, module: cst.Module, text: str, path: str) -> List[Diagnostic]:
+def _place(reports, module: cst.Module, text: str, path: str, memo: Optional[PlacementMemo] = None) -> List[Diagnostic]:
     nodes = [node for _, node, _, _, _ in reports]
     nodes += [
         edit.node for _, _, _, fix, _ in reports if fix is not None for edit in fix.edits if edit.node is not None
     ]
     nodes += [fact.node for *_, evidence in reports for fact in evidence if fact.node is not None]
-    positions = positions_of(module, nodes)
+    positions = positions_of(module, nodes, memo)
     lines = split_lines(text)
     diagnostics = []
     for rule, node, message, fix, evidence in reports:

@@ -26,16 +26,64 @@ from libcst.metadata.position_provider import NEWLINE_RE
 from torchlint.tree import child_nodes
 
 
-def positions_of(module: cst.Module, nodes: Iterable[cst.CSTNode]) -> Mapping[cst.CSTNode, CodeRange]:
-    """The ranges ``PositionProvider`` gives, for ``nodes``."""
+class PlacementMemo:
+    """What ``positions_of`` learnt of a module's top-level statements, for the next module that
+    holds the same statement objects (an editor's next text, parsed in pieces by
+    ``torchlint.incremental``): each statement's line count and, once placed, the ranges of its
+    nodes counted from its own first line. A statement's code does not depend on where it sits
+    (it starts at column 0 of a line), only on the module's indentation unit and newline."""
+
+    def __init__(self) -> None:
+        self._style: Tuple[str, str] = ("", "")
+        # id(statement) -> (the statement, kept alive so the id stays its own; its lines; its ranges or None)
+        self._statements: Dict[int, Tuple[cst.CSTNode, int, Optional[Dict[cst.CSTNode, Tuple[_Point, _Point]]]]] = {}
+
+    def keep(self, module: cst.Module) -> None:
+        """Forget what belongs to statements ``module`` no longer holds, or to another style."""
+        style = (module.default_indent, module.default_newline)
+        if style != self._style:
+            self._style, self._statements = style, {}
+            return
+        held = {id(statement) for statement in module.body}
+        self._statements = {key: value for key, value in self._statements.items() if key in held}
+
+    def lines(self, module: cst.Module, statement: cst.CSTNode) -> int:
+        known = self._statements.get(id(statement))
+        if known is not None:
+            return known[1]
+        count = _lines(module, (statement,))
+        self._statements[id(statement)] = (statement, count, None)
+        return count
+
+    def placed(
+        self, module: cst.Module, statement: cst.CSTNode
+    ) -> Tuple[int, Dict[cst.CSTNode, Tuple[_Point, _Point]]]:
+        """(lines, ranges from line 1) of ``statement``."""
+        known = self._statements.get(id(statement))
+        if known is not None and known[2] is not None:
+            return known[1], known[2]
+        state = _PlacingState(module, 1)
+        statement._codegen(state)
+        self._statements[id(statement)] = (statement, state.line - 1, state.computed)
+        return state.line - 1, state.computed
+
+
+def positions_of(
+    module: cst.Module, nodes: Iterable[cst.CSTNode], memo: Optional[PlacementMemo] = None
+) -> Mapping[cst.CSTNode, CodeRange]:
+    """The ranges ``PositionProvider`` gives, for ``nodes``. ``memo``: see ``PlacementMemo``."""
     nodes = list(nodes)
-    remaining: Set[int] = {id(node) for node in nodes}
+    by_id = {id(node): node for node in nodes}
+    remaining: Set[int] = set(by_id)
     holders: List[int] = []  # indexes in module.body of the statements holding them
+    held: Dict[int, List[cst.CSTNode]] = {}  # holder index -> the nodes in it
     for index, statement in enumerate(module.body):
         if not remaining:
             break
-        if _take_contained(statement, remaining):
+        found: List[int] = []
+        if _take_contained(statement, remaining, found):
             holders.append(index)
+            held[index] = [by_id[key] for key in found]
     if remaining:
         state = _PlacingState(module)
         module._codegen(state)
@@ -45,13 +93,24 @@ def positions_of(module: cst.Module, nodes: Iterable[cst.CSTNode]) -> Mapping[cs
     ranges: Dict[cst.CSTNode, CodeRange] = {}
     for index in range(holders[-1] + 1 if holders else 0):
         statement = module.body[index]
-        if index in wanted:
+        if index in wanted and memo is not None:
+            count, computed = memo.placed(module, statement)
+            shift = line - 1
+            for node in held[index]:
+                where = computed.get(node)
+                if where is not None:
+                    (start_line, start_column), (end_line, end_column) = where
+                    ranges[node] = CodeRange(
+                        CodePosition(start_line + shift, start_column), CodePosition(end_line + shift, end_column)
+                    )
+            line += count
+        elif index in wanted:
             state = _PlacingState(module, line)
             statement._codegen(state)
             ranges.update(state.ranges(nodes))
             line = state.line
         else:
-            line += _lines(module, (statement,))
+            line += memo.lines(module, statement) if memo is not None else _lines(module, (statement,))
     return ranges
 
 
@@ -118,15 +177,18 @@ def _lines(module: cst.Module, nodes: Iterable[cst.CSTNode]) -> int:
     return len(NEWLINE_RE.findall("".join(state.tokens)))
 
 
-def _take_contained(root: cst.CSTNode, remaining: Set[int]) -> bool:
+def _take_contained(root: cst.CSTNode, remaining: Set[int], taken: Optional[List[int]] = None) -> bool:
     """Removes from ``remaining`` the ids of the nodes under ``root`` (itself
-    included, through code-bearing fields); True if it removed any."""
+    included, through code-bearing fields), adding them to ``taken``; True if
+    it removed any."""
     found = False
     pending = [root]
     while pending:
         node = pending.pop()
         if id(node) in remaining:
             remaining.discard(id(node))
+            if taken is not None:
+                taken.append(id(node))
             found = True
             if not remaining:
                 break

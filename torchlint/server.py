@@ -35,7 +35,8 @@ from pygls.workspace.position_codec import ServerTextPosition, ServerTextRange
 
 from torchlint import __version__, docs
 from torchlint.fixer import fix_text, is_applicable
-from torchlint.linter import FileOptions, lint_text
+from torchlint.incremental import ChunkedParser
+from torchlint.linter import FileOptions, LintOutput, lint_text, parse_module
 from torchlint.notebook_cells import Cell, ConcatenatedCells, concatenate
 from torchlint.registry import all_rules
 from torchlint.rule import DOCS_URL, UNSAFE, Diagnostic, ResolvedEdit
@@ -79,6 +80,8 @@ class TorchlintServer(LanguageServer):
         self.settings = settings_from(cli_args)
         self.linted: Dict[str, Linted] = {}  # text document or notebook uri -> its last lint
         self.pending: Dict[str, asyncio.Task] = {}
+        # text document or notebook uri -> the parser that keeps the pieces of its last text
+        self.parsers: Dict[str, ChunkedParser] = {}
         self.warned_no_rules = False
 
     # -- what to lint ----------------------------------------------------------------------
@@ -138,7 +141,8 @@ class TorchlintServer(LanguageServer):
         version, text, cells = self.snapshot(uri)
         path = self.path_of(uri if cells is None else uri.rsplit(".", 1)[0] + ".py")
         options = self.options_for(path)
-        output = await asyncio.get_running_loop().run_in_executor(None, lint_text, text, path, options)
+        parser = self.parsers.setdefault(uri, ChunkedParser(parse_module))
+        output = await asyncio.get_running_loop().run_in_executor(None, self.lint_with, parser, text, path, options)
         for error in output.errors:
             log.error("%s", error)
         linted = Linted(version, text, output.diagnostics, cells)
@@ -152,6 +156,12 @@ class TorchlintServer(LanguageServer):
         if linted is not None and linted.version == self.snapshot(owner)[0]:
             return linted
         return await self.lint(owner)
+
+    @staticmethod
+    def lint_with(parser: ChunkedParser, text: str, path: str, options: FileOptions) -> LintOutput:
+        """One lint at a time per document: its parser keeps the pieces of the text it saw last."""
+        with parser.lock:
+            return lint_text(text, path, options, parser=parser)
 
     def owner_of(self, uri: str) -> str:
         """The notebook a cell belongs to, else the uri itself."""
@@ -181,6 +191,7 @@ class TorchlintServer(LanguageServer):
         if task is not None:
             task.cancel()
         self.linted.pop(uri, None)
+        self.parsers.pop(uri, None)
         for target in cell_uris or [uri]:
             self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(target, []))
 
