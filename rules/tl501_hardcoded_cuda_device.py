@@ -90,7 +90,9 @@ class HardcodedCudaDevice(Rule):
     or parameter set to `"cpu"`, `"mps"`, ...); the function is handed a
     device (a `device`, `dev` or `*_device` parameter) or chooses one itself
     (`dev = torch.device(args.device)`) and the line ignores it; or, for a
-    `device="cuda"` default, a call in the module relies on the default.
+    `device="cuda"` default, a call in the module relies on the default
+    and no other line of the module hardcodes CUDA (a demo that calls
+    `model.cuda()` throughout is CUDA-only by design).
     Code with none of these (a training script, a demo or a library
     written for the GPU, a default every caller overrides) is left alone: a
     reviewer would not make it device-agnostic. An `is_available()` test
@@ -333,6 +335,22 @@ class HardcodedCudaDevice(Rule):
             def build():
                 return Net().cuda()
         """),
+        # a CUDA default the function never reads: its body passes "cuda" itself (the keyword
+        # `device=` and an attribute `.device` are the same word, not a read of the parameter)
+        Valid("""
+            def beeps(n, device="cuda"):
+                return synth(n, device="cuda").to(torch.zeros(1).device)
+            wave = beeps(3)
+        """),
+        # a call relies on the default, but the module is written for CUDA throughout: one default
+        # changed would buy nothing
+        Valid("""
+            def load_img(path, device="cuda"):
+                return read(path).to(device)
+            def main():
+                model = build().cuda()
+                image = load_img("x.png")
+        """),
         # a CUDA default every caller overrides
         Valid("""
             def grid(size, device="cuda"):
@@ -419,6 +437,17 @@ class HardcodedCudaDevice(Rule):
             """
             def run(model, device="cuda"):
                 return model.to(device)
+            out = run(net)
+            """,
+            message="default",
+        ),
+        # ... in a module that runs without CUDA elsewhere: the default breaks that
+        Invalid(
+            """
+            import torch
+            def run(model, device="cuda"):
+                return model.to(device)
+            fallback = "cuda" if torch.cuda.is_available() else "cpu"
             out = run(net)
             """,
             message="default",
@@ -630,8 +659,19 @@ class HardcodedCudaDevice(Rule):
         function = self.ctx.function
         if function is not None and self.default_params:
             params = self.default_params.get(function.node)
-            if params is not None and node.value in params:
+            if params is not None and node.value in params and not self._names_no_value(node):
                 params[node.value][0] = True
+
+    def _names_no_value(self, node: cst.Name) -> bool:
+        """A keyword's name (``f(device="cuda")``), an attribute's (``x.device``) or a parameter's own
+        name: the same word, not a read of the parameter."""
+        stack = self.ctx.ancestry()
+        parent = stack[-2] if len(stack) > 1 else None
+        return (
+            (isinstance(parent, cst.Arg) and parent.keyword is node)
+            or (isinstance(parent, cst.Attribute) and parent.attr is node)
+            or (isinstance(parent, cst.Param) and parent.name is node)
+        )
 
     def visit_Comparison(self, node: cst.Comparison) -> None:
         function = self.ctx.function
@@ -833,7 +873,26 @@ class HardcodedCudaDevice(Rule):
             evidence = self._runs_without_cuda(site) or chosen
             if evidence is None:
                 continue  # nothing says this code is meant to run anywhere but on a GPU
+            if (
+                isinstance(site.parent, cst.Param)
+                and self.runs_without_cuda is None
+                and self._hardcodes_cuda_elsewhere(site)
+            ):
+                continue  # only a call relies on the default, and the module is written for CUDA throughout
             self.report(node, message, fix, evidence=[evidence])
+
+    def _hardcodes_cuda_elsewhere(self, site: Site) -> bool:
+        """Another line of the module ties it to CUDA with nothing to choose another device: the
+        module is written for CUDA throughout (a demo that calls ``model.cuda()``, an inference
+        path whose every signature defaults to ``"cuda"``), and one default changed buys nothing."""
+        return any(
+            other is not site
+            and not other.under_cuda_guard()
+            and not self._device_chosen(other)
+            and not self._passed_as_device_type(other)
+            and not (isinstance(other.parent, cst.Param) and self._default_is_a_choice(other))
+            for other, *_ in self.candidates
+        )
 
     def _runs_without_cuda(self, site: Site) -> Optional[Evidence]:
         """The positive evidence that the hardcoded device breaks something:
