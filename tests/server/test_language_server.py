@@ -37,35 +37,33 @@ TRAIN = textwrap.dedent(
 WAIT_S = 120  # an upper bound on events (a loaded machine is slow), never a sleep
 
 
-@pytest_lsp.fixture(
-    config=ClientServerConfig(server_command=[sys.executable, "-m", "torchlint", "server", "--preview"])
-)
-async def client(lsp_client: LanguageClient, tmp_path_factory):
+SERVER = ClientServerConfig(server_command=[sys.executable, "-m", "torchlint", "server", "--preview"])
+
+
+async def start_in_a_project(lsp_client: LanguageClient, tmp_path_factory, capabilities: types.ClientCapabilities):
     root = tmp_path_factory.mktemp("project")
     (root / "pyproject.toml").write_text('[tool.torchlint]\nselect = ["ALL"]\n')
     lsp_client.project = root
     await lsp_client.initialize_session(
         types.InitializeParams(
-            capabilities=pytest_lsp.client_capabilities("visual-studio-code"),
+            capabilities=capabilities,
             root_uri=root.as_uri(),
             workspace_folders=[types.WorkspaceFolder(uri=root.as_uri(), name="project")],
         )
     )
+
+
+@pytest_lsp.fixture(config=SERVER)
+async def client(lsp_client: LanguageClient, tmp_path_factory):
+    await start_in_a_project(lsp_client, tmp_path_factory, pytest_lsp.client_capabilities("visual-studio-code"))
     yield
     await lsp_client.shutdown_session()
 
 
-@pytest_lsp.fixture(
-    config=ClientServerConfig(server_command=[sys.executable, "-m", "torchlint", "server", "--preview"])
-)
+@pytest_lsp.fixture(config=SERVER)
 async def plain_client(lsp_client: LanguageClient, tmp_path_factory):
     """A client that cannot resolve a code action's edit later (no ``resolveSupport``)."""
-    root = tmp_path_factory.mktemp("project")
-    (root / "pyproject.toml").write_text('[tool.torchlint]\nselect = ["ALL"]\n')
-    lsp_client.project = root
-    await lsp_client.initialize_session(
-        types.InitializeParams(capabilities=types.ClientCapabilities(), root_uri=root.as_uri())
-    )
+    await start_in_a_project(lsp_client, tmp_path_factory, types.ClientCapabilities())
     yield
     await lsp_client.shutdown_session()
 
