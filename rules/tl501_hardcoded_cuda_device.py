@@ -131,9 +131,10 @@ class HardcodedCudaDevice(Rule):
       `cupy`, `pycuda`, `apex`, `cutlass`, `cuda` (cuda-python), `tensorrt`,
       `flash_attn`, `transformer_engine`, `msamp` or `vllm`, or a CUDA extension the
       project builds (`CUDAExtension("name", …)` in its `setup.py`); and
-      modules that call `torch.cuda.set_device(...)` or set up an NCCL
+      modules that call `torch.cuda.set_device(...)`, set up an NCCL
       process group (`init_process_group(backend="nccl")`,
-      `args.dist_backend = "nccl"`) unconditionally, which fails without
+      `args.dist_backend = "nccl"`) or build a Lightning `Trainer` that asks
+      for GPUs (`accelerator="gpu"`, `gpus=1`, `devices=[0]`) unconditionally, which fails without
       CUDA just as an assertion would, and modules that import such a
       module of the same project (`import mypkg.distributed`);
     - in test modules (`test_*.py`, `*_test.py`, `conftest.py`, and files
@@ -351,6 +352,17 @@ class HardcodedCudaDevice(Rule):
                 model = build().cuda()
                 image = load_img("x.png")
         """),
+        # a Lightning Trainer that asks for GPUs places the batches, and fails without CUDA first
+        Valid("""
+            import torch
+            import pytorch_lightning
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            class Net(pytorch_lightning.LightningModule):
+                def training_step(self, batch, index):
+                    return self.model(batch["image"].cuda())
+            trainer = pytorch_lightning.Trainer(devices=[0], max_epochs=10)
+            trainer.fit(Net())
+        """),
         # a CUDA default every caller overrides
         Valid("""
             def grid(size, device="cuda"):
@@ -431,6 +443,25 @@ class HardcodedCudaDevice(Rule):
                 y = w.to("cuda:1")
             """,
             count=2,
+        ),
+        # a Trainer that runs wherever it is started does not make the module CUDA-only
+        Invalid(
+            """
+            import torch
+            import lightning as L
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            def show(model, batch):
+                return model(batch["image"].cuda())
+            L.Trainer(accelerator="auto", devices=1).fit(model)
+            """,
+            fixed="""
+            import torch
+            import lightning as L
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            def show(model, batch):
+                return model(batch["image"].to(device))
+            L.Trainer(accelerator="auto", devices=1).fit(model)
+            """,
         ),
         # a call relies on the CUDA default
         Invalid(

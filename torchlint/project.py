@@ -550,38 +550,80 @@ def _dotted(node: ast.AST) -> str:
     return ".".join(reversed(parts))
 
 
-_REQUIRES_CUDA_HINT = re.compile(r"set_device|nccl")
+_REQUIRES_CUDA_HINT = re.compile(r"set_device|nccl|Trainer")
 
 
 def requires_cuda(text: str) -> bool:
-    """Does the module, unconditionally, call ``torch.cuda.set_device(...)``
-    or set up an NCCL process group (``init_process_group(backend="nccl")``,
-    ``args.dist_backend = "nccl"``)? Both fail without CUDA, as an assertion
-    would. Inside a function counts (it runs whenever the function does);
-    under an ``if``/``try``/conditional expression does not, except the
-    ``if __name__ == "__main__":`` guard."""
+    """Does the module, unconditionally, call ``torch.cuda.set_device(...)``,
+    set up an NCCL process group (``init_process_group(backend="nccl")``,
+    ``args.dist_backend = "nccl"``), or build a Lightning ``Trainer`` that
+    asks for GPUs (``accelerator="gpu"``, ``gpus=1``, ``devices=[0]``)? Each
+    fails without CUDA, as an assertion would, and the Trainer then places
+    the batches itself. Inside a function counts (it runs whenever the
+    function does); under an ``if``/``try``/conditional expression does not,
+    except the ``if __name__ == "__main__":`` guard."""
     if not _REQUIRES_CUDA_HINT.search(text):
         return False
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError, RecursionError):
         return False
-    return _requires_cuda(tree.body)
+    lightning = any(
+        (isinstance(node, ast.Import) and any(a.name.split(".")[0] in _LIGHTNING for a in node.names))
+        or (isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in _LIGHTNING)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+    )
+    return _requires_cuda(tree.body, lightning)
 
 
-def _requires_cuda(body: List[ast.stmt]) -> bool:
+_LIGHTNING = ("lightning", "pytorch_lightning")
+
+
+def _requires_cuda(body: List[ast.stmt], lightning: bool = False) -> bool:
     for statement in body:
         if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            if _requires_cuda(statement.body):
+            if _requires_cuda(statement.body, lightning):
                 return True
         elif isinstance(statement, ast.If):
             test = statement.test
             if isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and test.left.id == "__name__":
-                if _requires_cuda(statement.body):
+                if _requires_cuda(statement.body, lightning):
                     return True
-        elif isinstance(statement, (ast.Expr, ast.Assign)) and _needs_cuda(statement):
+        elif isinstance(statement, (ast.Expr, ast.Assign)) and (
+            _needs_cuda(statement) or (lightning and _builds_gpu_trainer(statement))
+        ):
             return True
     return False
+
+
+def _builds_gpu_trainer(statement: ast.stmt) -> bool:
+    """``trainer = pl.Trainer(devices=[0])`` or ``Trainer(accelerator="gpu").fit(model)``."""
+    call = statement.value  # type: ignore[attr-defined]
+    while isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Call):
+        call = call.func.value  # ``Trainer(...).fit(...)``
+    if not isinstance(call, ast.Call):
+        return False
+    func = call.func
+    if (func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")) != "Trainer":
+        return False
+    keywords = {k.arg: k.value for k in call.keywords if k.arg}
+    accelerator = keywords.get("accelerator")
+    if isinstance(accelerator, ast.Constant):
+        if accelerator.value in ("gpu", "cuda"):
+            return True
+        if accelerator.value not in ("auto", None):
+            return False  # "cpu", "mps", "tpu": not CUDA
+    gpus = keywords.get("gpus")
+    if isinstance(gpus, ast.Constant) and isinstance(gpus.value, int) and not isinstance(gpus.value, bool):
+        return gpus.value != 0
+    devices = keywords.get("devices", gpus)
+    # A list of device indices: no CPU accelerator takes one.
+    return (
+        isinstance(devices, (ast.List, ast.Tuple))
+        and bool(devices.elts)
+        and all(isinstance(e, ast.Constant) and isinstance(e.value, int) for e in devices.elts)
+    )
 
 
 def _needs_cuda(statement: ast.stmt) -> bool:

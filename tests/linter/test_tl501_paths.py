@@ -59,6 +59,17 @@ def test_tl601_and_tl603_skip_test_modules_unless_asked(code, source):
         ("dist.init_process_group(backend='gloo')\n", False),
         ("dist.init_process_group(backend=args.backend)\n", False),
         ("torch.xpu.set_device(0)  # nccl in a comment\n", False),
+        # a Lightning Trainer that asks for GPUs
+        ("import pytorch_lightning as pl\ntrainer = pl.Trainer(devices=[0], max_epochs=3)\n", True),
+        ("from lightning import Trainer\nTrainer(accelerator='gpu', devices=2).fit(model)\n", True),
+        ("import pytorch_lightning as pl\ndef main():\n    trainer = pl.Trainer(gpus=1)\n", True),
+        ("import pytorch_lightning as pl\ntrainer = pl.Trainer(gpus=0)\n", False),
+        ("import lightning as L\ntrainer = L.Trainer(accelerator='auto', devices=1)\n", False),
+        ("import lightning as L\ntrainer = L.Trainer(accelerator='cpu', devices=[0])\n", False),
+        ("import lightning as L\nif torch.cuda.is_available():\n    trainer = L.Trainer(devices=[0])\n", False),
+        # transformers' Trainer is another class
+        ("from transformers import Trainer\ntrainer = Trainer(model=m, args=a)\n", False),
+        ("from transformers import Trainer\ntrainer = Trainer(devices=[0])\n", False),
     ],
 )
 def test_requires_cuda(source, expected):
