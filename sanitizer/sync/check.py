@@ -163,7 +163,6 @@ class _Site:
         "queried",
         "idle_arrivals",
         "after_sync",
-        "clock_line",
     )
 
     def __init__(
@@ -199,7 +198,6 @@ class _Site:
         self.idle_arrivals: Dict[int, int] = {}  # step -> of those, reads that found the GPU idle
         # step -> runs that came after an explicit synchronize earlier in the same step
         self.after_sync: Dict[int, int] = {}
-        self.clock_line: Optional[int] = None  # an explicit synchronize: the line after it that reads a clock
         self.callee: Any = None  # the frame of the call the latest run made (see frames.sync_site_stack)
 
     @property
@@ -288,8 +286,8 @@ class SyncCheck(Check):
         self._window_events: Dict[str, int] = {}
         self._windows_used: set = set()
         self._line_cache: Dict[Tuple[str, int], str] = {}
-        # (step, site key) of the latest explicit synchronize: reads after it in the same step may be free
-        self._explicit_sync: Optional[Tuple[int, Tuple[str, int, str]]] = None
+        # the step of the latest explicit synchronize: reads after it in the same step may be free
+        self._explicit_sync_step: Optional[int] = None
         self._classify_cache: Dict[Tuple[str, int, Optional[str]], str] = {}
         self._warning_hook: Optional[WarningHook] = None
         self._previous_mode: Optional[int] = None
@@ -748,8 +746,8 @@ class SyncCheck(Check):
                 site.runs += 1
                 site.run_steps[step] = site.run_steps.get(step, 0) + 1
                 if site.kind in EXPLICIT_SYNC_KINDS:
-                    self._explicit_sync = (step, site.key)
-                elif self._explicit_sync is not None and self._explicit_sync[0] == step:
+                    self._explicit_sync_step = step
+                elif self._explicit_sync_step == step:
                     site.after_sync[step] = site.after_sync.get(step, 0) + 1
                 if not self._grad_enabled():
                     site.no_grad_runs += 1
