@@ -298,6 +298,7 @@ def _after_sync(
     cadence: Cadence,
     idle: Optional[Tuple[int, int]],
     explicit: Sequence[Tuple[str, int, str]],
+    measured_runs: int,
 ) -> Optional[Tuple[str, str]]:
     """A read that follows an explicit synchronize in its step and finds the GPU idle: free.
 
@@ -312,7 +313,6 @@ def _after_sync(
     before = [f"{_frames.short_path(f)}:{n}" for f, n, name in explicit if (f, name) == (file, function) and n < line]
     if not before:
         return None
-    measured_runs = sum(n for step, n in (site.run_steps or site.steps).items() if steps.is_measured(step))
     after = sum(n for step, n in (site.after_sync or {}).items() if steps.is_measured(step))
     if not measured_runs or after < IDLE_SHARE * measured_runs:
         return None
@@ -398,7 +398,7 @@ def _site_finding(
     no_stall = (
         _no_stall(site, steps, cadence)
         or _timing_sync(site, cadence)
-        or _after_sync(site, steps, cadence, idle, explicit)
+        or _after_sync(site, steps, cadence, idle, explicit, measured_runs)
         or _one_eval_pass(site, steps, cadence, stall_ms)
     )
     if no_stall is not None:
