@@ -63,14 +63,18 @@ class ChunkedParser:
         joined = None
         if segments is not None:
             pieces: Dict[str, _Piece] = {}
+            in_order: List[_Piece] = []
             parsed = 0
             for segment in segments:
-                piece = pieces.get(segment) or self._pieces.get(segment)
+                # A piece whose text stands twice in the module is parsed again for its second place:
+                # one node object in two places would give both the first one's position.
+                piece = None if segment in pieces else self._pieces.get(segment)
                 if piece is None:
                     piece = _Piece(self.whole_parse(segment))
                     parsed += 1
-                pieces[segment] = piece
-            joined = _join([pieces[segment] for segment in segments], segments)
+                pieces.setdefault(segment, piece)
+                in_order.append(piece)
+            joined = _join(in_order, segments)
             self._pieces, self.parsed_pieces = pieces, parsed
         if joined is None:
             self._pieces, self.parsed_pieces = {}, 1

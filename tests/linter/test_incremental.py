@@ -90,6 +90,15 @@ def test_an_edit_parses_only_the_statement_it_touched():
     assert parser.parsed_pieces == 1 and module.code == TRAIN.replace("total = 0", "total = 1")
 
 
+def test_a_statement_that_stands_twice_is_two_nodes():
+    text = "import torch\n\nx = torch.ones(2).cuda()\n\nx = torch.ones(2).cuda()\n"
+    parser = ChunkedParser(parse_module)
+    for _ in range(2):  # the first parse, then one that reuses the pieces
+        module = parser.parse(text, None)
+        assert module.code == text and module.body[1] is not module.body[2]
+        assert module.body[1].body[0] is not module.body[2].body[0]
+
+
 @pytest.mark.parametrize(
     "text",
     [TRAIN.replace("\n", "\r\n"), "\ufeff" + TRAIN, TRAIN.replace("import torch\n", "import torch\n\f\n")],
