@@ -20,47 +20,13 @@ _SHAPE_FUNCTIONS = {
 # need evidence that the receiver is a tensor; the torch-only ones do not.
 _TORCH_ONLY_METHODS = frozenset({"masked_select", "unique_consecutive", "nonzero_static"})
 _SHARED_METHODS = frozenset({"nonzero", "unique", "argwhere"})
-# Calls whose result is a boolean mask.
-_MASK_METHODS = frozenset(
-    {
-        "bool",
-        "eq",
-        "ne",
-        "gt",
-        "ge",
-        "lt",
-        "le",
-        "isnan",
-        "isinf",
-        "isfinite",
-        "logical_and",
-        "logical_or",
-        "logical_not",
-        "logical_xor",
-        "isin",
-    }
-)
-_MASK_FUNCTIONS = frozenset(
-    "torch." + name
-    for name in (
-        "isnan",
-        "isinf",
-        "isfinite",
-        "isneginf",
-        "isposinf",
-        "logical_and",
-        "logical_or",
-        "logical_not",
-        "logical_xor",
-        "isin",
-        "eq",
-        "ne",
-        "gt",
-        "ge",
-        "lt",
-        "le",
-    )
-)
+# Calls whose result is a boolean mask: the comparisons and tests, as tensor methods and as torch functions.
+_MASK_NAMES = (
+    "eq", "ne", "gt", "ge", "lt", "le", "isnan", "isinf", "isfinite",
+    "logical_and", "logical_or", "logical_not", "logical_xor", "isin",
+)  # fmt: skip
+_MASK_METHODS = frozenset({"bool", *_MASK_NAMES})
+_MASK_FUNCTIONS = frozenset("torch." + name for name in (*_MASK_NAMES, "isneginf", "isposinf"))
 
 
 class DataDependentShapeInLoop(Rule):
