@@ -80,10 +80,11 @@ def positions_of(
     for index, statement in enumerate(module.body):
         if not remaining:
             break
-        found: List[int] = []
+        found: Optional[List[int]] = [] if memo is not None else None  # only the memo's shift needs them
         if _take_contained(statement, remaining, found):
             holders.append(index)
-            held[index] = [by_id[key] for key in found]
+            if found is not None:
+                held[index] = [by_id[key] for key in found]
     if remaining:
         state = _PlacingState(module)
         module._codegen(state)
