@@ -173,6 +173,24 @@ class DataloaderNotPinned(Rule):
     INVALID = [
         Invalid(
             """
+            import torch
+            from tqdm import tqdm
+
+            train_loader = torch.utils.data.DataLoader(train_set, batch_size=512, num_workers=4)
+
+            def train(model, loader):
+                device = "cuda" if torch.cuda.is_available() else "cpu"
+                progress_bar = tqdm(loader)
+                for images, labels in progress_bar:
+                    loss = model(images.to(device)).sum()
+                    loss.backward()
+
+            train(model, train_loader)
+            """,
+            line=4,
+        ),
+        Invalid(
+            """
             from torch.utils.data import DataLoader
             loader = DataLoader(ds, batch_size=32, shuffle=True)
             for x, y in loader:

@@ -4,7 +4,17 @@ from typing import Dict, List, Optional, Set
 
 import libcst as cst
 
-from torchlint.model import LoaderInfo, LoopInfo, does_per_item_work, dotted_name, iter_subtree, last_name
+from torchlint.model import (
+    FRAMEWORK_LOADER_KEYWORDS,
+    LoaderInfo,
+    LoopInfo,
+    TrainerRun,
+    does_per_item_work,
+    dotted_name,
+    framework_training_run,
+    iter_subtree,
+    last_name,
+)
 from torchlint.rule import Evidence, Invalid, Rule, Valid
 
 
@@ -29,6 +39,13 @@ class DataloaderSingleProcess(Rule):
     It also needs evidence that the training runs on a GPU: the same file
     moves a tensor or the model to an accelerator (`.cuda()`, `.to(device)`).
     A script that trains on the CPU has no GPU to keep fed.
+
+    A loader can also be a framework's: a training framework that builds
+    the DataLoader from a configuration dict it is given and runs the loop
+    itself (mmengine's `Runner(train_dataloader=dict(...))`, followed by
+    `runner.train()`). The dict is the loader's arguments, so the same
+    evidence applies; the framework places the model on the GPU when one is
+    present, which is the GPU evidence there.
 
     Not flagged: in-memory datasets (`TensorDataset`, tensors, lists) and
     datasets whose per-item work cannot be seen (a Hugging Face dataset, a
@@ -85,9 +102,29 @@ class DataloaderSingleProcess(Rule):
     name = "dataloader-single-process"
     summary = "A training DataLoader loads batches in the main process (`num_workers` missing or 0)"
     fix_availability = "none"
-    requires_any = ("DataLoader",)
+    requires_any = ("DataLoader", "Runner")
 
     VALID = [
+        Valid("""
+            import torchvision
+            from mmengine.runner import Runner
+            train_set = torchvision.datasets.CIFAR10("data", transform=tf)
+            runner = Runner(model=model, train_dataloader=dict(batch_size=32, dataset=train_set, num_workers=4))
+            runner.train()
+        """),
+        Valid("""
+            from mmengine.runner import Runner
+            from torch.utils.data import TensorDataset
+            runner = Runner(model=model, train_dataloader=dict(batch_size=32, dataset=TensorDataset(x, y)))
+            runner.train()
+        """),
+        Valid("""
+            import torchvision
+            from mmengine.runner import Runner
+            train_set = torchvision.datasets.CIFAR10("data", transform=tf)
+            def build():
+                return Runner(model=model, train_dataloader=dict(batch_size=32, dataset=train_set))
+        """),
         Valid("""
             from torch.utils.data import DataLoader
             from torchvision import datasets
@@ -206,6 +243,23 @@ class DataloaderSingleProcess(Rule):
     INVALID = [
         Invalid(
             """
+            import torchvision
+            from mmengine.runner import Runner
+
+            def main():
+                train_set = torchvision.datasets.CIFAR10("data", transform=tf)
+                train_dataloader = dict(batch_size=32, dataset=train_set, sampler=dict(type="DefaultSampler"))
+                runner = Runner(model=model, train_dataloader=train_dataloader)
+                runner.train()
+
+            if __name__ == "__main__":
+                main()
+            """,
+            line=6,
+            message="the mmengine trainer builds its training DataLoader",
+        ),
+        Invalid(
+            """
             from torch.utils.data import DataLoader
             from torchvision import datasets
             ds = datasets.CIFAR10(root, train=True, transform=augment)
@@ -309,6 +363,9 @@ class DataloaderSingleProcess(Rule):
             info.trains for infos in facts.functions.values() for info in infos
         )
         if not trains:
+            run = framework_training_run(self.ctx)
+            if run is not None:
+                self._check_framework_loaders(run)
             return
         move = self.ctx.accelerator_move()
         if move is None:
@@ -341,6 +398,51 @@ class DataloaderSingleProcess(Rule):
                     ),
                 ],
             )
+
+    def _check_framework_loaders(self, run: TrainerRun) -> None:
+        """The loader configurations a framework trainer builds its training DataLoader from."""
+        for keyword in FRAMEWORK_LOADER_KEYWORDS.get(run.framework, ()):
+            config = self._config_dict(next((a.value for a in run.constructor.args if _keyword(a) == keyword), None))
+            if config is None:
+                continue
+            options = {_keyword(arg): arg.value for arg in config.args if arg.keyword is not None}
+            if any(arg.star for arg in config.args):
+                continue  # keys the rule cannot see
+            workers = options.get("num_workers")
+            if workers is None:
+                reason = "`num_workers` is not set"
+            elif isinstance(workers, cst.Integer) and workers.evaluated_value == 0:
+                reason = "`num_workers=0`"
+            else:
+                continue
+            dataset = options.get("dataset")
+            if not self._loads_per_item(dataset):
+                continue
+            self.report(
+                config,
+                f"{reason}: the {run.framework} trainer builds its training DataLoader from this dict, which reads "
+                "and transforms every sample in the training process while the GPU waits; set `num_workers` to a "
+                "few worker processes",
+                evidence=[
+                    Evidence(
+                        "fetching a sample is real work (files read or decoded, or a transform applied)", node=dataset
+                    ),
+                    Evidence(
+                        f"the {run.framework} trainer trains on it (and places the model on the GPU when one is "
+                        f"present): `{self.ctx.code_for(run.run)}`",
+                        node=run.run,
+                    ),
+                ],
+            )
+
+    def _config_dict(self, value: Optional[cst.BaseExpression]) -> Optional[cst.Call]:
+        """``dict(batch_size=..., dataset=...)``, directly or through the name it was assigned to once."""
+        if isinstance(value, cst.Name):
+            assigned = self.assigned.get(value.value, ())
+            value = assigned[0] if len(assigned) == 1 else None
+        if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value == "dict":
+            return value
+        return None
 
     def _single_process(self, loader: LoaderInfo) -> Optional[str]:
         call = loader.call
@@ -451,3 +553,7 @@ def _last_line(code: str) -> str:
     """A call that spans lines, named by its last line (``….to(device)``)."""
     lines = code.strip().splitlines()
     return lines[0] if len(lines) == 1 else "…" + lines[-1].strip()
+
+
+def _keyword(arg: cst.Arg) -> Optional[str]:
+    return arg.keyword.value if arg.keyword is not None else None

@@ -4,8 +4,15 @@ import re
 
 import libcst as cst
 
-from torchlint.model import conv_dims, outermost_loop_in_function, torch_alias, training_entry_loop
-from torchlint.rule import UNSAFE, Invalid, Rule, Valid
+from torchlint.model import (
+    TrainerRun,
+    conv_dims,
+    framework_training_run,
+    outermost_loop_in_function,
+    torch_alias,
+    training_entry_loop,
+)
+from torchlint.rule import UNSAFE, Evidence, Invalid, Rule, Valid
 
 # The script already decides about cuDNN autotuning (either way), or asks for
 # determinism, which rules benchmark mode out.
@@ -24,13 +31,21 @@ class CudnnBenchmarkNotEnabled(Rule):
     contains a training loop (a loop that calls `backward()` or an
     optimizer's `step()`, directly or through a function of the module) and
     either has an `if __name__ == "__main__":` block or top-level code that
-    reaches the training (a module-level training loop, or a module-level
-    call of a module function that trains). Library modules that only define
-    training functions are not entry points. It is convolutional when it
-    builds or runs a convolution: `nn.Conv1d/2d/3d` (and transposed/lazy
-    variants), `F.conv2d` and friends, or a torchvision CNN constructor
-    (`torchvision.models.resnet50()`, …). The finding points at the
-    outermost loop around the training loop.
+    reaches the training (a module-level training loop, a module-level
+    call of a module function that trains, or one that hands it to a
+    launcher: `mp.spawn(train, ...)`, `notebook_launcher(training_loop, ...)`).
+    Library modules that only define training functions are not entry
+    points. It is convolutional when it builds or runs a convolution:
+    `nn.Conv1d/2d/3d` (and transposed/lazy variants), `F.conv2d` and
+    friends, a torchvision CNN constructor (`torchvision.models.resnet50()`,
+    …) or a timm convolutional architecture (`timm.create_model("resnet50d")`).
+    The finding points at the outermost loop around the training loop.
+
+    A script whose training loop is a framework's (an mmengine `Runner` it
+    builds and runs with `runner.train()`, a Lightning `Trainer` with
+    `trainer.fit(...)`) is an entry point too; the finding then points at
+    the trainer, which takes the setting: `env_cfg=dict(cudnn_benchmark=True)`
+    in mmengine, `Trainer(benchmark=True)` in Lightning.
 
     The rule stays silent when the module mentions the setting at all
     (`cudnn.benchmark = False` is a decision too, as is reading it from a
@@ -99,9 +114,32 @@ class CudnnBenchmarkNotEnabled(Rule):
     summary = "A convolutional training script never enables `torch.backends.cudnn.benchmark`"
     default_enabled = False
     fix_availability = "sometimes"
-    requires_any = ("Conv", "conv", "torchvision")
+    requires_any = ("Conv", "conv", "torchvision", "timm")
 
     VALID = [
+        Valid("""
+            import torchvision
+            from mmengine.runner import Runner
+            runner = Runner(model=torchvision.models.resnet50(), train_dataloader=loader_cfg,
+                            env_cfg=dict(cudnn_benchmark=True))
+            runner.train()
+        """),
+        Valid("""
+            import torchvision
+            from mmengine.runner import Runner
+            def build():
+                return Runner(model=torchvision.models.resnet50(), train_dataloader=loader_cfg)
+        """),
+        Valid("""
+            import timm
+            import torch.multiprocessing as mp
+            def train(rank):
+                model = timm.create_model("vit_base_patch16_224").cuda()
+                for x, y in loader:
+                    model(x).sum().backward()
+                    optimizer.step()
+            mp.spawn(train, nprocs=2)
+        """),
         Valid("""
             import torch
             import torch.nn as nn
@@ -192,6 +230,63 @@ class CudnnBenchmarkNotEnabled(Rule):
     ]
 
     INVALID = [
+        Invalid(
+            """
+            import torchvision
+            from mmengine.runner import Runner
+
+            def main():
+                runner = Runner(model=torchvision.models.resnet50(), train_dataloader=loader_cfg)
+                runner.train()
+
+            if __name__ == "__main__":
+                main()
+            """,
+            line=5,
+            message="env_cfg=dict(cudnn_benchmark=True)",
+        ),
+        Invalid(
+            """
+            import lightning as L
+            from torch import nn
+            model = Classifier(nn.Conv2d(3, 16, 3))
+            trainer = L.Trainer(max_epochs=10)
+            trainer.fit(model, train_loader)
+            """,
+            line=4,
+            message="Trainer(benchmark=True)",
+        ),
+        Invalid(
+            """
+            import torch
+            import torch.multiprocessing as mp
+            from timm import create_model
+
+            def train(rank):
+                model = create_model("resnet50d").cuda()
+                for x, y in loader:
+                    model(x).sum().backward()
+                    optimizer.step()
+
+            mp.spawn(train, nprocs=2)
+            """,
+            fixed="""
+            import torch
+            import torch.multiprocessing as mp
+            from timm import create_model
+
+            def train(rank):
+                model = create_model("resnet50d").cuda()
+                torch.backends.cudnn.benchmark = True
+                for x, y in loader:
+                    model(x).sum().backward()
+                    optimizer.step()
+
+            mp.spawn(train, nprocs=2)
+            """,
+            unsafe_fixes=True,
+            line=7,
+        ),
         Invalid(
             """
             import torch
@@ -313,7 +408,7 @@ class CudnnBenchmarkNotEnabled(Rule):
         self.convolutional = False
 
     def visit_Call(self, node: cst.Call) -> None:
-        if not self.convolutional and conv_dims(self.ctx.qualified_name(node.func)) is not None:
+        if not self.convolutional and conv_dims(self.ctx.qualified_name(node.func), node) is not None:
             self.convolutional = True
 
     def finish(self) -> None:
@@ -321,6 +416,9 @@ class CudnnBenchmarkNotEnabled(Rule):
             return
         loop = training_entry_loop(self.ctx)
         if loop is None:
+            run = framework_training_run(self.ctx)
+            if run is not None:
+                self._report_framework(run)
             return
         outer = outermost_loop_in_function(loop)
         alias = torch_alias(self.ctx.names)
@@ -337,3 +435,22 @@ class CudnnBenchmarkNotEnabled(Rule):
             "fixed, enabling it lets cuDNN pick the fastest algorithms (only right for fixed input shapes)",
             fix,
         )
+
+    def _report_framework(self, run: TrainerRun) -> None:
+        """The training loop is a framework's: the setting goes to its trainer."""
+        setting = _FRAMEWORK_SETTING[run.framework]
+        self.report(
+            run.constructor,
+            f"convolutional training runs without cuDNN autotuning; if input shapes are fixed, {setting} lets cuDNN "
+            "pick the fastest algorithms (only right for fixed input shapes)",
+            evidence=[
+                Evidence(f"the {run.framework} trainer runs the training: `{self.ctx.code_for(run.run)}`", node=run.run)
+            ],
+        )
+
+
+# How each framework's trainer is told to enable cudnn.benchmark (it sets the flag itself).
+_FRAMEWORK_SETTING = {
+    "mmengine": "`env_cfg=dict(cudnn_benchmark=True)`",
+    "lightning": "`Trainer(benchmark=True)`",
+}

@@ -1,9 +1,21 @@
 from __future__ import annotations
 
+from typing import Optional
+
 import libcst as cst
 
-from torchlint.model import conv_dims, outermost_loop_in_function, training_entry_loop
-from torchlint.rule import Invalid, Rule, Valid
+from torchlint.model import (
+    FRAMEWORK_AMP_WRAPPERS,
+    MIXED_PRECISION_VALUES,
+    TrainerRun,
+    conv_dims,
+    dotted_name,
+    framework_training_run,
+    last_name,
+    outermost_loop_in_function,
+    training_entry_loop,
+)
+from torchlint.rule import Evidence, Invalid, Rule, Valid
 
 _AUTOCAST = frozenset(
     {
@@ -30,15 +42,22 @@ class ChannelsLastNotUsed(Rule):
     contains a training loop (a loop that calls `backward()` or an
     optimizer's `step()`, directly or through a function of the module) and
     either has an `if __name__ == "__main__":` block or top-level code that
-    reaches the training (a module-level training loop, or a module-level
-    call of a module function that trains). The network is convolutional
+    reaches the training (a module-level training loop, a module-level
+    call of a module function that trains, or one that hands it to a
+    launcher such as `mp.spawn(train, ...)`). The network is convolutional
     when the module builds or runs `nn.Conv2d`/`nn.Conv3d` (or their
-    transposed/lazy variants, `F.conv2d`, …) or a torchvision CNN
-    (`torchvision.models.resnet50()`, …); it trains under AMP when the
-    module uses `torch.autocast` / `torch.cuda.amp.autocast` or a
-    `GradScaler`. 1-D convolutions do not count: channels-last applies to
-    4-D and 5-D tensors only. The finding points at the outermost loop
-    around the training loop.
+    transposed/lazy variants, `F.conv2d`, …), a torchvision CNN
+    (`torchvision.models.resnet50()`, …) or a timm convolutional
+    architecture (`timm.create_model("resnet50d")`); it trains under AMP
+    when the module uses `torch.autocast` / `torch.cuda.amp.autocast` or a
+    `GradScaler`, or asks a framework for mixed precision (mmengine's
+    `AmpOptimWrapper`, `Accelerator(mixed_precision="fp16")`, Lightning's
+    `Trainer(precision="16-mixed")`; a setting read from the enclosing
+    function's parameter counts with its default). 1-D convolutions do not
+    count: channels-last applies to 4-D and 5-D tensors only. The finding
+    points at the outermost loop around the training loop, or at the
+    trainer when the loop is a framework's (`runner.train()`,
+    `trainer.fit(...)`).
 
     ## Why is this bad?
     Tensor cores compute convolutions in NHWC layout. With the default
@@ -97,9 +116,28 @@ class ChannelsLastNotUsed(Rule):
     name = "channels-last-not-used"
     summary = "A convolutional network trained under AMP does not use the channels-last memory format"
     default_enabled = False
-    requires_any = ("autocast", "GradScaler")
+    requires_any = ("autocast", "GradScaler", "AmpOptimWrapper", "precision")
 
     VALID = [
+        Valid("""
+            import torchvision
+            from mmengine.optim import OptimWrapper
+            from mmengine.runner import Runner
+            runner = Runner(model=torchvision.models.resnet50(),
+                            optim_wrapper=dict(type=OptimWrapper, optimizer=dict(type="SGD", lr=0.1)))
+            runner.train()
+        """),
+        Valid("""
+            from accelerate import Accelerator
+            from timm import create_model
+            def training_loop(mixed_precision="no"):
+                accelerator = Accelerator(mixed_precision=mixed_precision)
+                model = create_model("resnet50d")
+                for batch in loader:
+                    accelerator.backward(model(batch).sum())
+                    optimizer.step()
+            notebook_launcher(training_loop, ())
+        """),
         Valid("""
             import torch
             import torch.nn as nn
@@ -216,6 +254,32 @@ class ChannelsLastNotUsed(Rule):
     INVALID = [
         Invalid(
             """
+            import torchvision
+            from mmengine.runner import Runner
+            runner = Runner(model=torchvision.models.resnet50(),
+                            optim_wrapper=dict(type="AmpOptimWrapper", optimizer=dict(type="SGD", lr=0.1)))
+            runner.train()
+            """,
+            line=3,
+        ),
+        Invalid(
+            """
+            from accelerate import Accelerator, notebook_launcher
+            from timm import create_model
+
+            def training_loop(mixed_precision="fp16"):
+                accelerator = Accelerator(mixed_precision=mixed_precision)
+                model = create_model("resnet50d")
+                for batch in loader:
+                    accelerator.backward(model(batch).sum())
+                    optimizer.step()
+
+            notebook_launcher(training_loop, ())
+            """,
+            line=7,
+        ),
+        Invalid(
+            """
             import torch
             import torch.nn as nn
             model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU()).cuda()
@@ -288,10 +352,10 @@ class ChannelsLastNotUsed(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         qualified = self.ctx.qualified_name(node.func)
-        if qualified in _AUTOCAST:
+        if qualified in _AUTOCAST or self._framework_amp(node, qualified):
             self.amp = True
             return
-        dims = conv_dims(qualified)
+        dims = conv_dims(qualified, node)
         if dims is not None and dims >= 2:
             self.conv_dims = max(self.conv_dims, dims)
 
@@ -299,13 +363,64 @@ class ChannelsLastNotUsed(Rule):
         if not self.conv_dims or not self.amp or "channels_last" in self.ctx.source:
             return
         loop = training_entry_loop(self.ctx)
+        fmt = "channels_last_3d" if self.conv_dims == 3 else "channels_last"
         if loop is None:
+            run = framework_training_run(self.ctx)
+            if run is not None:
+                self._report_framework(run, fmt)
             return
         outer = outermost_loop_in_function(loop)
-        fmt = "channels_last_3d" if self.conv_dims == 3 else "channels_last"
         self.report(
             outer.node,
             f"a convolutional network trains under mixed precision in the default NCHW layout; convert the model "
             f"and the input batches with `.to(memory_format=torch.{fmt})` "
             "to use tensor-core convolutions without transposes",
         )
+
+    def _framework_amp(self, node: cst.Call, qualified: Optional[str]) -> bool:
+        """Mixed precision asked of a framework: mmengine's ``AmpOptimWrapper``
+        (built, or named as a config's ``type``), accelerate's
+        ``Accelerator(mixed_precision="fp16")``, Lightning's
+        ``Trainer(precision="16-mixed")``."""
+        if (qualified or "").rpartition(".")[2] in FRAMEWORK_AMP_WRAPPERS:
+            return True
+        for arg in node.args:
+            key = arg.keyword.value if arg.keyword is not None else None
+            if key == "type" and _name_or_string(arg.value) in FRAMEWORK_AMP_WRAPPERS:
+                return True
+            if key == "mixed_precision" or (key == "precision" and last_name(node.func) == "Trainer"):
+                if _name_or_string(self._setting(arg.value)) in MIXED_PRECISION_VALUES:
+                    return True
+        return False
+
+    def _setting(self, value: cst.BaseExpression) -> cst.BaseExpression:
+        """The literal a setting holds: a constant, or the default of the
+        enclosing function's parameter (``def train(mixed_precision="fp16")``)."""
+        value = self.ctx.constant(value)
+        function = self.ctx.function
+        if isinstance(value, cst.Name) and function is not None:
+            for param in function.node.params.params:
+                if param.name.value == value.value and param.default is not None:
+                    return param.default
+        return value
+
+    def _report_framework(self, run: TrainerRun, fmt: str) -> None:
+        self.report(
+            run.constructor,
+            f"a convolutional network trains under mixed precision in the default NCHW layout; convert the model "
+            f"and the input batches with `.to(memory_format=torch.{fmt})` "
+            "to use tensor-core convolutions without transposes",
+            evidence=[
+                Evidence(f"the {run.framework} trainer runs the training: `{self.ctx.code_for(run.run)}`", node=run.run)
+            ],
+        )
+
+
+def _name_or_string(node: cst.BaseExpression) -> Optional[str]:
+    """``AmpOptimWrapper`` or ``"AmpOptimWrapper"``, ``"fp16"``, ``16``: the name or literal text."""
+    if isinstance(node, cst.SimpleString):
+        value = node.evaluated_value
+        return value if isinstance(value, str) else None
+    if isinstance(node, cst.Integer):
+        return node.value
+    return last_name(node) if isinstance(node, (cst.Name, cst.Attribute)) else dotted_name(node)

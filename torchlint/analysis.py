@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Iterator, List, Optional, Sequence, Tuple, Uni
 
 import libcst as cst
 
-from torchlint.facts import FunctionInfo, LoopInfo
+from torchlint.facts import FunctionInfo, LoopInfo, TrainerRun
 from torchlint.names import dotted_name, last_name
 from torchlint.tree import iter_subtree
 from torchlint.vocabulary import CUDA_AVAILABILITY, INDEX_NAME, NO_GRAD_CONTEXTS, PERIODIC_NAME, SET_GRAD_ENABLED
@@ -419,7 +419,7 @@ def training_entry_loop(ctx: "FileModel") -> Optional[LoopInfo]:
     runs_as_script = any(is_main_guard(statement) for statement in ctx.module.body)
     if not runs_as_script:
         runs_as_script = any(loop.function is None for loop in training) or any(
-            ctx.facts.function_trains(name) for name in ctx.facts.module_calls
+            ctx.facts.function_trains(name) for name in ctx.facts.module_calls | ctx.facts.module_passed
         )
     if not runs_as_script:
         return None
@@ -432,6 +432,20 @@ def training_entry_loop(ctx: "FileModel") -> Optional[LoopInfo]:
         if not any(other is not loop and other.calls & callers for other in training):
             return loop
     return training[0]
+
+
+def framework_training_run(ctx: "FileModel") -> Optional[TrainerRun]:
+    """The first framework trainer a module that runs as a script builds and
+    runs (``runner = Runner(...); runner.train()``, ``trainer.fit(model)``):
+    the training loop is the framework's. The run must be reached: at module
+    level, or in a function of a module with an ``if __name__ == "__main__":``
+    block, or one the module calls or hands to a launcher. Exact after the walk."""
+    runs_as_script = any(is_main_guard(statement) for statement in ctx.module.body)
+    for run in ctx.facts.trainer_runs:
+        function = run.function
+        if function is None or runs_as_script or function.name in ctx.facts.module_calls | ctx.facts.module_passed:
+            return run
+    return None
 
 
 def outermost_loop_in_function(loop: LoopInfo) -> LoopInfo:
@@ -449,12 +463,29 @@ _TORCHVISION_CONVNETS = re.compile(
 )
 
 
-def conv_dims(qualified: Optional[str]) -> Optional[int]:
+# timm architectures that are convolutional networks, by the start of their name
+# (``create_model("resnet50d")``); hybrids and transformers (vit, deit, swin) are not.
+_TIMM_CONVNETS = re.compile(
+    r"^(resnet|resnext|seresnet|seresnext|wide_resnet|resnest|res2net|regnet|efficientnet|tf_efficientnet|"
+    r"mobilenet|tf_mobilenet|convnext|densenet|dla|dpn|vgg|inception|xception|ghostnet|mixnet|mnasnet|rexnet|"
+    r"hrnet|cspresnet|cspdarknet|darknet|nfnet|dm_nfnet|nf_resnet|ecaresnet|skresnet|selecsls|tresnet|repvgg|"
+    r"gernet|hardcorenas|fbnet|lcnet|ese_vovnet|vovnet)"
+)
+_TIMM_FACTORIES = frozenset({"timm.create_model", "timm.models.create_model"})
+
+
+def conv_dims(qualified: Optional[str], call: Optional[cst.Call] = None) -> Optional[int]:
     """Spatial dims of a convolution a call builds or runs: ``torch.nn.Conv2d`` -> 2,
     ``torch.nn.functional.conv3d`` -> 3, a torchvision CNN constructor
-    (``torchvision.models.resnet50``) -> 2 (3 for video models); else None."""
+    (``torchvision.models.resnet50``) -> 2 (3 for video models), timm's
+    ``create_model("resnet50d")`` of a convolutional architecture (``call``
+    gives the name) -> 2; else None."""
     if not qualified:
         return None
+    if qualified in _TIMM_FACTORIES:
+        first = call.args[0].value if call is not None and call.args and call.args[0].keyword is None else None
+        named = first.evaluated_value if isinstance(first, cst.SimpleString) else None
+        return 2 if isinstance(named, str) and _TIMM_CONVNETS.match(named) else None
     module, _, last = qualified.rpartition(".")
     if module.startswith("torch.nn") or module.startswith("torch.ao.nn"):
         match = _CONV_CLASS.match(last) or _CONV_FUNCTION.match(last)

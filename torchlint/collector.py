@@ -16,10 +16,26 @@ import libcst as cst
 
 from torchlint.analysis import is_no_grad_item, mentions_cuda_availability
 from torchlint.batches import target_names
-from torchlint.facts import CallRecord, FunctionInfo, LoaderInfo, LoopInfo, is_dataloader_call, keyword, literal_bool
+from torchlint.facts import (
+    CallRecord,
+    FunctionInfo,
+    LoaderInfo,
+    LoopInfo,
+    TrainerRun,
+    is_dataloader_call,
+    keyword,
+    literal_bool,
+)
 from torchlint.names import dotted_name, last_name
 from torchlint.tensors import device_move, tensor_evidence
-from torchlint.vocabulary import BUILTIN_CALLS, EXIT_CALLS, UNKNOWN_PART, is_training_step_call
+from torchlint.vocabulary import (
+    BUILTIN_CALLS,
+    EXIT_CALLS,
+    FRAMEWORK_TRAINERS,
+    KEEPS_ITEMS,
+    UNKNOWN_PART,
+    is_training_step_call,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from torchlint.model import FileModel
@@ -160,6 +176,8 @@ class Collector:
                         self.loop.method_calls.append(entry)
                     else:
                         self.function.method_calls.append(entry)  # type: ignore[union-attr]
+            if attr in ("train", "fit"):
+                self._record_trainer_run(func.value, attr, node)
             if attr in ("to", "cuda", "type") and device_move(self.model, node) == "device":
                 self._record_batch_copy(func.value)
             if attr == "update" and node.args:
@@ -207,8 +225,22 @@ class Collector:
                 self.facts.call_records.append(
                     CallRecord(callee, node, function, self._argument_loaders(node), method=method, tensors=tensors)
                 )
+        if self.function is None:
+            # a module function handed to a launcher at the top level runs, as if called
+            self.facts.module_passed.update(
+                arg.value.value for arg in node.args if isinstance(arg.value, cst.Name) and not arg.star
+            )
         if id(node) not in self._recorded_loaders and is_dataloader_call(self.names, node):
             self._record_loader(node, None)
+
+    def _record_trainer_run(self, receiver: cst.BaseExpression, method: str, node: cst.Call) -> None:
+        """``runner.train()`` / ``trainer.fit(...)`` on a framework trainer built in this module."""
+        constructor = self.values.get(receiver.value) if isinstance(receiver, cst.Name) else receiver
+        if not isinstance(constructor, cst.Call):
+            return
+        trainer = FRAMEWORK_TRAINERS.get(self.names.qualified_name(constructor.func) or "")
+        if trainer is not None and trainer[1] == method:
+            self.facts.trainer_runs.append(TrainerRun(trainer[0], constructor, node, self.function))
 
     def _record_batch_copy(self, receiver: cst.BaseExpression) -> None:
         origin = self.batches.origin_of(receiver)
@@ -283,11 +315,15 @@ class Collector:
             elif last_name(value.func) == "dict":
                 self.facts.dict_literals[target] = value
             elif (
-                last_name(value.func) in ("iter", "enumerate")
+                last_name(value.func) in KEEPS_ITEMS
                 and value.args
+                and not value.args[0].keyword
                 and self.facts.is_data_source(value.args[0].value)
             ):
+                # ``progress_bar = tqdm(train_loader)``: iterating the name iterates the loader
                 self.facts.data_names.add(target)
+                scope = id(self.function.node) if self.function is not None else 0
+                self.facts.wrapped_sources[(scope, target)] = value.args[0].value
         elif isinstance(value, cst.Dict):
             self.facts.dict_literals[target] = value
         if self._mentions_availability and mentions_cuda_availability(self.model, value):

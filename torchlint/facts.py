@@ -164,6 +164,17 @@ def _short(node: cst.CSTNode, depth: int = 0) -> str:
     return "..."
 
 
+@dataclass(eq=False)
+class TrainerRun:
+    """A framework trainer built and run in this module: ``runner = Runner(...)``
+    then ``runner.train()`` (mmengine), ``trainer.fit(model)`` (Lightning)."""
+
+    framework: str  # "mmengine", "lightning"
+    constructor: cst.Call
+    run: cst.Call
+    function: Optional[FunctionInfo]  # where the run is called (None: module level)
+
+
 class ModuleFacts:
     def __init__(self, names: ImportTable, path: str = "", analysis: Optional["ProjectAnalysis"] = None) -> None:
         self.names = names
@@ -180,8 +191,15 @@ class ModuleFacts:
         self.argument_defaults: Dict[str, cst.BaseExpression] = {}
         self.set_defaults: Dict[str, cst.BaseExpression] = {}
         self.data_names: Set[str] = set()
+        # (id(function node) or 0, name) -> the data source a name wraps whole
+        # (``progress_bar = tqdm(train_loader)``, ``it = iter(loader)``)
+        self.wrapped_sources: Dict[tuple, cst.BaseExpression] = {}
         self.cuda_flag_names: Set[str] = set()
         self.module_calls: Set[str] = set()
+        # module functions handed to another call at the top level (a launcher:
+        # ``mp.spawn(main_worker, ...)``, ``notebook_launcher(training_loop, ...)``)
+        self.module_passed: Set[str] = set()
+        self.trainer_runs: List[TrainerRun] = []
         # Functions whose whole body runs only with CUDA present (an early
         # ``if not torch.cuda.is_available(): raise``); None stands for the module.
         self.cuda_asserted_scopes: Set[Optional[cst.CSTNode]] = set()
@@ -302,7 +320,9 @@ class ModuleFacts:
     def _entry_point(self, info: FunctionInfo) -> bool:
         """``main()`` or a function the module calls at its top level: one call,
         however many steps it takes inside."""
-        return info.name in ("main", "run", "cli") or (info.class_name is None and info.name in self.module_calls)
+        return info.name in ("main", "run", "cli") or (
+            info.class_name is None and (info.name in self.module_calls or info.name in self.module_passed)
+        )
 
     def callers_of(self, function: FunctionInfo) -> Set[str]:
         """Names of module functions that reach ``function`` through calls (itself included)."""
@@ -392,6 +412,9 @@ class ModuleFacts:
                     if candidate.target and candidate.target.split(".")[-1] == dotted.split(".")[-1]
                 ]
             return matches[-1] if matches else None
+        wrapped = self.wrapped_sources.get((id(function.node) if function is not None else 0, dotted))
+        if wrapped is not None and _depth < 4:
+            return self.loader_for(wrapped, function, _depth + 1)
         same_scope = [
             candidate for candidate in self.loaders if candidate.target == dotted and candidate.function is function
         ]

@@ -33,6 +33,7 @@ from torchlint.analysis import (
     Site,
     conv_dims,
     exclusive_branches,
+    framework_training_run,
     is_no_grad_decorated,
     loop_trains,
     mentions_cuda_availability,
@@ -47,6 +48,7 @@ from torchlint.facts import (
     LoaderInfo,
     LoopInfo,
     ModuleFacts,
+    TrainerRun,
     does_per_item_work,
     is_dataloader_call,
     keyword,
@@ -73,6 +75,9 @@ from torchlint.tensors import (
 )
 from torchlint.tree import child_nodes, iter_subtree
 from torchlint.vocabulary import (
+    FRAMEWORK_AMP_WRAPPERS,
+    FRAMEWORK_LOADER_KEYWORDS,
+    MIXED_PRECISION_VALUES,
     NAMES_A_DEVICE_OR_TRAINS,
     NO_GRAD_CONTEXTS,
     SCALER_NAME,
@@ -89,6 +94,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from torchlint.rule import Rule
 
 __all__ = [
+    "FRAMEWORK_AMP_WRAPPERS",
+    "FRAMEWORK_LOADER_KEYWORDS",
+    "MIXED_PRECISION_VALUES",
+    "TrainerRun",
+    "framework_training_run",
     "FileModel",
     "FunctionInfo",
     "LoaderInfo",

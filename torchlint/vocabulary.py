@@ -176,6 +176,28 @@ BUILTIN_CALLS = frozenset(
     }
 )
 
+# -- framework trainers ------------------------------------------------------------------
+# Trainers of training frameworks, by the qualified name of their constructor: the
+# framework and the method that runs the training. The trainer builds the loaders from
+# the arguments it is given, runs the loop, and places the model on the GPU when one is
+# present (mmengine's ``Runner.wrap_model`` moves it to ``get_device()``; Lightning's
+# ``accelerator="auto"``).
+FRAMEWORK_TRAINERS = {
+    "mmengine.runner.Runner": ("mmengine", "train"),
+    "mmengine.runner.runner.Runner": ("mmengine", "train"),
+    "mmengine.Runner": ("mmengine", "train"),
+    "mmengine.runner.Runner.from_cfg": ("mmengine", "train"),
+    "mmengine.runner.runner.Runner.from_cfg": ("mmengine", "train"),
+    "lightning.Trainer": ("lightning", "fit"),
+    "lightning.pytorch.Trainer": ("lightning", "fit"),
+    "pytorch_lightning.Trainer": ("lightning", "fit"),
+}
+# Keywords of a framework trainer that take a loader configuration it builds a DataLoader from.
+FRAMEWORK_LOADER_KEYWORDS = {"mmengine": ("train_dataloader",)}
+# Optimizer wrappers and precision settings that turn on mixed precision in a framework.
+FRAMEWORK_AMP_WRAPPERS = frozenset({"AmpOptimWrapper"})
+MIXED_PRECISION_VALUES = frozenset({"fp16", "bf16", "16", "16-mixed", "bf16-mixed"})
+
 
 def torch_alias(names: "ImportTable") -> Optional[str]:
     """The local name bound to the ``torch`` package itself (``torch``, ``T``), if any."""
