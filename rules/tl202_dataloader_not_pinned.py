@@ -2,7 +2,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from torchlint.model import LoaderInfo, keyword
+import libcst as cst
+
+from torchlint.model import LoaderInfo, keyword, loop_trains
 from torchlint.rule import UNSAFE, Evidence, Invalid, Rule, Valid
 
 
@@ -24,7 +26,13 @@ class DataloaderNotPinned(Rule):
     Not flagged: loaders whose `pin_memory` is an expression (for example
     `torch.cuda.is_available()`), loaders handed to a framework that moves the
     batches itself (`accelerator.prepare(loader)`), and modules that never
-    copy batches to a device.
+    copy batches to a device. Nor are loaders without worker processes
+    (`num_workers` left out or `0`): the main process would pin each batch
+    itself, a host copy as slow as the one pinning saves; and, in a module
+    that trains, batches copied only in evaluation loops (a loop that does
+    not train): one pass per epoch, or one at the end, is a small share of
+    the training's time. In an evaluation or inference script the passes
+    are the work, and their loaders are checked.
 
     ## Why is this bad?
     Copies to the GPU from ordinary (pageable) host memory go through a
@@ -46,6 +54,8 @@ class DataloaderNotPinned(Rule):
     loader = DataLoader(dataset, batch_size=64, shuffle=True, num_workers=4)
     for images, labels in loader:
         images, labels = images.to(device), labels.to(device)
+        criterion(model(images), labels).backward()
+        optimizer.step()
     ```
 
     Use instead:
@@ -56,6 +66,8 @@ class DataloaderNotPinned(Rule):
     for images, labels in loader:
         images = images.to(device, non_blocking=True)
         labels = labels.to(device, non_blocking=True)
+        criterion(model(images), labels).backward()
+        optimizer.step()
     ```
 
     ## Fix safety
@@ -82,6 +94,26 @@ class DataloaderNotPinned(Rule):
     requires_any = ("DataLoader",)
 
     VALID = [
+        # No worker processes: the main process would pin each batch itself.
+        Valid("""
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, batch_size=32, shuffle=True, num_workers=0)
+            for x, y in loader:
+                x, y = x.cuda(), y.cuda()
+                loss_fn(model(x), y).backward()
+        """),
+        # Copied only by the evaluation pass of a training script.
+        Valid("""
+            import torch
+            from torch.utils.data import DataLoader
+            train_loader = DataLoader(train_ds, batch_size=64, num_workers=4, pin_memory=True)
+            test_loader = DataLoader(test_ds, batch_size=256, num_workers=4)
+            for x, y in train_loader:
+                loss_fn(model(x.cuda(non_blocking=True)), y.cuda(non_blocking=True)).backward()
+            with torch.no_grad():
+                for x, y in test_loader:
+                    correct += (model(x.cuda()).argmax(1) == y.cuda()).sum()
+        """),
         # Stored in an attribute and handed to accelerate, which places the batches.
         Valid("""
             from torch.utils.data import DataLoader
@@ -171,6 +203,18 @@ class DataloaderNotPinned(Rule):
     ]
 
     INVALID = [
+        # An inference script: its passes are the work.
+        Invalid(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+            loader = DataLoader(images, batch_size=32, num_workers=2)
+            with torch.no_grad():
+                for x, y in loader:
+                    logits = model(x.cuda())
+            """,
+            line=3,
+        ),
         Invalid(
             """
             import torch
@@ -192,15 +236,17 @@ class DataloaderNotPinned(Rule):
         Invalid(
             """
             from torch.utils.data import DataLoader
-            loader = DataLoader(ds, batch_size=32, shuffle=True)
+            loader = DataLoader(ds, batch_size=32, shuffle=True, num_workers=4)
             for x, y in loader:
                 x, y = x.to(device), y.to(device)
+                loss_fn(model(x), y).backward()
             """,
             fixed="""
             from torch.utils.data import DataLoader
-            loader = DataLoader(ds, batch_size=32, shuffle=True, pin_memory=True)
+            loader = DataLoader(ds, batch_size=32, shuffle=True, num_workers=4, pin_memory=True)
             for x, y in loader:
                 x, y = x.to(device), y.to(device)
+                loss_fn(model(x), y).backward()
             """,
             unsafe_fixes=True,
             line=2,
@@ -210,24 +256,27 @@ class DataloaderNotPinned(Rule):
         Invalid(
             """
             import torch
-            loader = torch.utils.data.DataLoader(ds, pin_memory=False)
+            loader = torch.utils.data.DataLoader(ds, num_workers=2, pin_memory=False)
             for batch in loader:
                 batch = batch.cuda()
+                model(batch).sum().backward()
             """,
             fixed=None,
         ),
         Invalid(
             """
             import torch
-            loader = torch.utils.data.DataLoader(ds, pin_memory=False)
+            loader = torch.utils.data.DataLoader(ds, num_workers=2, pin_memory=False)
             for batch in loader:
                 batch = batch.cuda()
+                model(batch).sum().backward()
             """,
             fixed="""
             import torch
-            loader = torch.utils.data.DataLoader(ds, pin_memory=True)
+            loader = torch.utils.data.DataLoader(ds, num_workers=2, pin_memory=True)
             for batch in loader:
                 batch = batch.cuda()
+                model(batch).sum().backward()
             """,
             unsafe_fixes=True,
         ),
@@ -236,9 +285,10 @@ class DataloaderNotPinned(Rule):
             """
             from torch.utils.data import DataLoader
             kwargs = dict(batch_size=8, pin_memory=False)
-            train_loader = DataLoader(ds, **kwargs)
+            train_loader = DataLoader(ds, num_workers=4, **kwargs)
             for step, (images, labels) in enumerate(train_loader):
                 images = images.cuda()
+                optimizer.step()
             """,
             fixed=None,
             line=3,
@@ -251,6 +301,7 @@ class DataloaderNotPinned(Rule):
             for batch in loader:
                 batch = {k: v.to(device) for k, v in batch.items()}
                 input_ids = batch["input_ids"].to(device)
+                model(input_ids).loss.backward()
             """,
             fixed="""
             from torch.utils.data import DataLoader as DL
@@ -258,6 +309,7 @@ class DataloaderNotPinned(Rule):
             for batch in loader:
                 batch = {k: v.to(device) for k, v in batch.items()}
                 input_ids = batch["input_ids"].to(device)
+                model(input_ids).loss.backward()
             """,
             unsafe_fixes=True,
         ),
@@ -265,19 +317,21 @@ class DataloaderNotPinned(Rule):
         Invalid(
             """
             from torch.utils.data import DataLoader
-            loader = DataLoader(ds)
+            loader = DataLoader(ds, num_workers=8)
             it = iter(loader)
             while True:
                 x, y = next(it)
                 x = x.to("cuda")
+                model(x).sum().backward()
             """,
             fixed="""
             from torch.utils.data import DataLoader
-            loader = DataLoader(ds, pin_memory=True)
+            loader = DataLoader(ds, num_workers=8, pin_memory=True)
             it = iter(loader)
             while True:
                 x, y = next(it)
                 x = x.to("cuda")
+                model(x).sum().backward()
             """,
             unsafe_fixes=True,
         ),
@@ -290,10 +344,11 @@ class DataloaderNotPinned(Rule):
                 for x, y in loader:
                     x = x.to(device)
                     loss = model(x, y)
+                    loss.backward()
 
             def main():
                 train_loader = DataLoader(ds, batch_size=64,
-                                          shuffle=True)
+                                          shuffle=True, num_workers=4)
                 train(model, train_loader, "cuda")
             """,
             fixed="""
@@ -303,49 +358,56 @@ class DataloaderNotPinned(Rule):
                 for x, y in loader:
                     x = x.to(device)
                     loss = model(x, y)
+                    loss.backward()
 
             def main():
                 train_loader = DataLoader(ds, batch_size=64,
-                                          shuffle=True, pin_memory=True)
+                                          shuffle=True, num_workers=4, pin_memory=True)
                 train(model, train_loader, "cuda")
             """,
             unsafe_fixes=True,
-            line=9,
+            line=10,
         ),
-        # Two loaders, one pinned and one not: only the unpinned one that is copied.
+        # Two loaders, one pinned and one not: only the unpinned one.
         Invalid(
             """
             from torch.utils.data import DataLoader
-            train_loader = DataLoader(train_ds, pin_memory=True)
-            val_loader = DataLoader(val_ds)
+            train_loader = DataLoader(train_ds, num_workers=4)
+            val_loader = DataLoader(val_ds, num_workers=4, pin_memory=True)
             for x, y in train_loader:
-                x = x.to(device, non_blocking=True)
-            for x, y in val_loader:
                 x = x.to(device)
+                model(x).sum().backward()
+            for x, y in val_loader:
+                x = x.to(device, non_blocking=True)
             """,
             fixed="""
             from torch.utils.data import DataLoader
-            train_loader = DataLoader(train_ds, pin_memory=True)
-            val_loader = DataLoader(val_ds, pin_memory=True)
+            train_loader = DataLoader(train_ds, num_workers=4, pin_memory=True)
+            val_loader = DataLoader(val_ds, num_workers=4, pin_memory=True)
             for x, y in train_loader:
-                x = x.to(device, non_blocking=True)
-            for x, y in val_loader:
                 x = x.to(device)
+                model(x).sum().backward()
+            for x, y in val_loader:
+                x = x.to(device, non_blocking=True)
             """,
             unsafe_fixes=True,
-            line=3,
+            line=2,
         ),
     ]
 
     def finish(self) -> None:
         unpinned = [
-            info for info in self.ctx.facts.loaders if info.pinned is False and not self._handed_to_framework(info)
+            info
+            for info in self.ctx.facts.loaders
+            if info.pinned is False and not self._handed_to_framework(info) and self._uses_workers(info)
         ]
         if not unpinned:
             return
         any_pinned = any(info.pinned is not False for info in self.ctx.facts.loaders)
         flagged = set()
         for origin in self.ctx.facts.batch_copies:
+            if not self._copied_for_training(origin.loop_node):
+                continue
             loader = self.ctx.facts.loader_for(origin.source, origin.function)
             if loader is not None:
                 targets = [loader] if loader.pinned is False and loader in unpinned else []
@@ -372,6 +434,25 @@ class DataloaderNotPinned(Rule):
                 if where is not None:
                     flagged.add(id(loader))
                     self._report(loader, where)
+
+    def _uses_workers(self, loader: LoaderInfo) -> bool:
+        """``num_workers`` given and not 0: pinning then happens in the loader's
+        pin thread, off the training loop. Without workers the main process
+        pins each batch itself, a copy as slow as the one it saves."""
+        if loader.num_workers is None:
+            return False
+        value = self.ctx.constant(loader.num_workers)
+        return not (isinstance(value, cst.Integer) and value.evaluated_value == 0)
+
+    def _copied_for_training(self, loop_node) -> bool:
+        """The copy is in a loop that trains, outside any loop, or in a module
+        that does not train at all (an evaluation or inference script, whose
+        passes are the work). The evaluation passes of a training script are
+        a small share of its time."""
+        loop = self.ctx.facts.loops.get(id(loop_node)) if loop_node is not None else None
+        if loop is None or loop_trains(self.ctx, loop):
+            return True
+        return not any(loop_trains(self.ctx, other) for other in self.ctx.facts.loops.values())
 
     def _handed_to_framework(self, loader: LoaderInfo) -> bool:
         return loader.target is not None and loader.target in self.ctx.batches.placed_by_framework

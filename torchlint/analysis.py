@@ -409,8 +409,9 @@ def training_entry_loop(ctx: "FileModel") -> Optional[LoopInfo]:
     it contains a training loop (a loop that calls ``backward()`` or an
     optimizer's ``step()``, directly or through a function of the module),
     and either has an ``if __name__ == "__main__":`` block or top-level code
-    that reaches that training (a training loop at module level, or a
-    module-level call of a module function that trains). Library modules
+    that reaches that training (a training loop at module level, a
+    module-level call of a module function that trains, or one that hands
+    it to a launcher: ``mp.spawn(train, ...)``). Library modules
     that only define a training function are not entry points. Exact after
     the walk (ask in ``finish()``)."""
     training = [loop for loop in ctx.facts.loops.values() if loop_trains(ctx, loop)]

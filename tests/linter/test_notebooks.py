@@ -30,7 +30,7 @@ ITEM_PER_STEP = "train.ipynb:cell 4:10:19: TL101"
 # The edits --fix --unsafe-fixes makes (pin_memory on the loader, an unsafe fix: the dataset may return CUDA
 # tensors; non_blocking copies) as lines of the JSON text.
 FIXED_JSON_LINES = {
-    '    "loader = DataLoader(dataset, batch_size=64, shuffle=True, pin_memory=True)\\n",',
+    '    "loader = DataLoader(dataset, batch_size=64, shuffle=True, num_workers=4, pin_memory=True)\\n",',
     '    "    x = x.to(device, non_blocking=True)\\n",',
     '    "    y = y.to(device, non_blocking=True)\\n",',
     '    "        total += model(x.to(device, non_blocking=True)).sum().item()  # noqa: TL101\\n"',
@@ -103,7 +103,7 @@ def test_a_cell_alone_does_not_make_the_finding(notebooks, capsys):
     ("grouped", "  cell 3:3:10 TL202"),
     ("pylint", "train.ipynb:cell 3:3: [TL202]"),
     ("junit", "cell 3, line 3, col 10,"),
-    ("github", "line=3,col=10,endLine=3,endColumn=58,title=TL202 dataloader-not-pinned::" + LOADER_UNPINNED),
+    ("github", "line=3,col=10,endLine=3,endColumn=73,title=TL202 dataloader-not-pinned::" + LOADER_UNPINNED),
 ])
 def test_every_text_format_names_the_cell(notebooks, capsys, output_format, expected):
     _, out, _ = run_cli(capsys, "--output-format", output_format, "train.ipynb")
@@ -112,7 +112,7 @@ def test_every_text_format_names_the_cell(notebooks, capsys, output_format, expe
 
 def test_full_format_shows_the_cells_line(notebooks, capsys):
     _, out, _ = run_cli(capsys, "--output-format", "full", "train.ipynb")
-    assert "   3 | loader = DataLoader(dataset, batch_size=64, shuffle=True)\n" in out
+    assert "   3 | loader = DataLoader(dataset, batch_size=64, shuffle=True, num_workers=4)\n" in out
     assert "  10 |     losses.append(loss.item())\n" in out
 
 
@@ -121,7 +121,7 @@ def test_json_carries_the_cell(notebooks, capsys, output_format):
     _, out, _ = run_cli(capsys, "--output-format", output_format, "train.ipynb")
     entries = json.loads(out) if output_format == "json" else [json.loads(line) for line in out.splitlines()]
     pinned = next(entry for entry in entries if entry["code"] == "TL202")
-    assert (pinned["cell"], pinned["location"], pinned["end_location"]) == (3, {"row": 3, "column": 10}, {"row": 3, "column": 58})
+    assert (pinned["cell"], pinned["location"], pinned["end_location"]) == (3, {"row": 3, "column": 10}, {"row": 3, "column": 73})
     edit = pinned["fix"]["edits"][0]
     assert edit["location"]["row"] == 3 and edit["content"].endswith("pin_memory=True")
 
@@ -174,7 +174,7 @@ def test_diff_is_per_cell_and_writes_nothing(notebooks, capsys):
     assert code == 1
     assert (notebooks / "train.ipynb").read_bytes() == before
     assert "--- a/train.ipynb:cell 3\n+++ b/train.ipynb:cell 3\n" in out
-    assert "+loader = DataLoader(dataset, batch_size=64, shuffle=True, pin_memory=True)\n" in out
+    assert "+loader = DataLoader(dataset, batch_size=64, shuffle=True, num_workers=4, pin_memory=True)\n" in out
     assert "--- a/train.ipynb:cell 4\n" in out and "--- a/train.ipynb:cell 6\n" in out
     assert "cell 5" not in out
 

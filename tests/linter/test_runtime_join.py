@@ -262,10 +262,11 @@ def test_a_copy_from_an_unpinned_loader_joins_the_tl202_finding_at_the_loader(tm
         import torch
         from torch.utils.data import DataLoader
 
-        loader = DataLoader(dataset, batch_size=32)
+        loader = DataLoader(dataset, batch_size=32, num_workers=4)
         for images, labels in loader:
             images = images.to("cuda", non_blocking=True)
             loss = model(images)
+            loss.backward()
     """))
     copy = {"kind": "sync", "severity": "warning", "rule": "TL202", "file": "train.py", "line": 6, "stack": [],
             "count": 98, "details": {"stall_ms": 30.0, "sync_kind": "pageable-copy"}, "message": "pageable copy"}

@@ -1,6 +1,6 @@
 """TL201 and TL202 split one problem between them: for the same batch copy,
-a pinned loader gets TL201 at the copy, an unpinned one gets TL202 at the
-loader, and never both."""
+a pinned loader gets TL201 at the copy, an unpinned one (with workers, copied
+for training) gets TL202 at the loader, and never both."""
 from __future__ import annotations
 
 import pytest
@@ -10,32 +10,36 @@ from ruletest import lint
 SNIPPETS = [
     """
     from torch.utils.data import DataLoader
-    loader = DataLoader(ds, batch_size=32{pin})
+    loader = DataLoader(ds, batch_size=32, num_workers=4{pin})
     for x, y in loader:
         x = x.to(device)
         y = y.cuda()
+        loss_fn(model(x), y).backward()
     """,
     """
     from torch.utils.data import DataLoader
-    loader = DataLoader(ds{pin})
+    loader = DataLoader(ds, num_workers=4{pin})
     for step, batch in enumerate(loader):
         batch = {{k: v.to(device) for k, v in batch.items()}}
+        model(**batch).loss.backward()
     """,
     """
     from torch.utils.data import DataLoader
-    loader = DataLoader(ds{pin})
+    loader = DataLoader(ds, num_workers=4{pin})
     for x, y in loader:
         x = x.detach().to(device)
+        model(x).sum().backward()
     """,
     """
     from torch.utils.data import DataLoader
-    loader = DataLoader(ds{pin})
+    loader = DataLoader(ds, num_workers=4{pin})
     for batch in loader:
         moved = {{t.to(device) for t in batch}}
+        optimizer.step()
     """,
     """
     from torch.utils.data import DataLoader
-    loader = DataLoader(ds{pin})
+    loader = DataLoader(ds, num_workers=4{pin})
     it = iter(loader)
     for step in range(100):
         images, labels = next(it)
