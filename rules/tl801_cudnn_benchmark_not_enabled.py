@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import re
+from typing import Optional
 
 import libcst as cst
 
@@ -405,14 +406,14 @@ class CudnnBenchmarkNotEnabled(Rule):
 
     def __init__(self, ctx, options) -> None:
         super().__init__(ctx, options)
-        self.convolutional = False
+        self.convolution: Optional[cst.Call] = None  # the first convolution the module builds or runs
 
     def visit_Call(self, node: cst.Call) -> None:
-        if not self.convolutional and conv_dims(self.ctx.qualified_name(node.func), node) is not None:
-            self.convolutional = True
+        if self.convolution is None and conv_dims(self.ctx.qualified_name(node.func), node) is not None:
+            self.convolution = node
 
     def finish(self) -> None:
-        if not self.convolutional or _DECIDED.search(self.ctx.source):
+        if self.convolution is None or _DECIDED.search(self.ctx.source):
             return
         loop = training_entry_loop(self.ctx)
         if loop is None:
@@ -434,6 +435,16 @@ class CudnnBenchmarkNotEnabled(Rule):
             "convolutional training runs without `torch.backends.cudnn.benchmark = True`; if input shapes are "
             "fixed, enabling it lets cuDNN pick the fastest algorithms (only right for fixed input shapes)",
             fix,
+            evidence=[
+                self._convolutional(),
+                Evidence(f"it trains in {loop.line_hint}", node=loop.node),
+            ],
+        )
+
+    def _convolutional(self) -> Evidence:
+        assert self.convolution is not None
+        return Evidence(
+            f"the network is convolutional: `{self.ctx.code_line(self.convolution)}`", node=self.convolution
         )
 
     def _report_framework(self, run: TrainerRun) -> None:
@@ -444,7 +455,10 @@ class CudnnBenchmarkNotEnabled(Rule):
             f"convolutional training runs without cuDNN autotuning; if input shapes are fixed, {setting} lets cuDNN "
             "pick the fastest algorithms (only right for fixed input shapes)",
             evidence=[
-                Evidence(f"the {run.framework} trainer runs the training: `{self.ctx.code_for(run.run)}`", node=run.run)
+                self._convolutional(),
+                Evidence(
+                    f"the {run.framework} trainer runs the training: `{self.ctx.code_line(run.run)}`", node=run.run
+                ),
             ],
         )
 

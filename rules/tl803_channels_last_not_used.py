@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Optional
+from typing import List, Optional
 
 import libcst as cst
 
@@ -348,19 +348,22 @@ class ChannelsLastNotUsed(Rule):
     def __init__(self, ctx, options) -> None:
         super().__init__(ctx, options)
         self.conv_dims = 0
-        self.amp = False
+        self.convolution: Optional[cst.Call] = None  # the first 2-D/3-D convolution
+        self.amp: Optional[cst.CSTNode] = None  # the first call or setting that turns mixed precision on
 
     def visit_Call(self, node: cst.Call) -> None:
         qualified = self.ctx.qualified_name(node.func)
-        if qualified in _AUTOCAST or self._framework_amp(node, qualified):
-            self.amp = True
+        amp = node if qualified in _AUTOCAST else self._framework_amp(node, qualified)
+        if amp is not None:
+            self.amp = self.amp or amp
             return
         dims = conv_dims(qualified, node)
         if dims is not None and dims >= 2:
             self.conv_dims = max(self.conv_dims, dims)
+            self.convolution = self.convolution or node
 
     def finish(self) -> None:
-        if not self.conv_dims or not self.amp or "channels_last" in self.ctx.source:
+        if self.convolution is None or self.amp is None or "channels_last" in self.ctx.source:
             return
         loop = training_entry_loop(self.ctx)
         fmt = "channels_last_3d" if self.conv_dims == 3 else "channels_last"
@@ -375,23 +378,31 @@ class ChannelsLastNotUsed(Rule):
             f"a convolutional network trains under mixed precision in the default NCHW layout; convert the model "
             f"and the input batches with `.to(memory_format=torch.{fmt})` "
             "to use tensor-core convolutions without transposes",
+            evidence=[*self._network(), Evidence(f"it trains in {loop.line_hint}", node=loop.node)],
         )
 
-    def _framework_amp(self, node: cst.Call, qualified: Optional[str]) -> bool:
-        """Mixed precision asked of a framework: mmengine's ``AmpOptimWrapper``
-        (built, or named as a config's ``type``), accelerate's
-        ``Accelerator(mixed_precision="fp16")``, Lightning's
+    def _network(self) -> List[Evidence]:
+        assert self.convolution is not None and self.amp is not None
+        return [
+            Evidence(f"the network is convolutional: `{self.ctx.code_line(self.convolution)}`", node=self.convolution),
+            Evidence(f"mixed precision: `{self.ctx.code_line(self.amp)}`", node=self.amp),
+        ]
+
+    def _framework_amp(self, node: cst.Call, qualified: Optional[str]) -> Optional[cst.CSTNode]:
+        """Mixed precision asked of a framework, and where: mmengine's
+        ``AmpOptimWrapper`` (built, or named as a config's ``type``),
+        accelerate's ``Accelerator(mixed_precision="fp16")``, Lightning's
         ``Trainer(precision="16-mixed")``."""
         if (qualified or "").rpartition(".")[2] in FRAMEWORK_AMP_WRAPPERS:
-            return True
+            return node
         for arg in node.args:
             key = arg.keyword.value if arg.keyword is not None else None
             if key == "type" and _name_or_string(arg.value) in FRAMEWORK_AMP_WRAPPERS:
-                return True
+                return arg
             if key == "mixed_precision" or (key == "precision" and last_name(node.func) == "Trainer"):
                 if _name_or_string(self._setting(arg.value)) in MIXED_PRECISION_VALUES:
-                    return True
-        return False
+                    return node
+        return None
 
     def _setting(self, value: cst.BaseExpression) -> cst.BaseExpression:
         """The literal a setting holds: a constant, or the default of the
@@ -411,7 +422,10 @@ class ChannelsLastNotUsed(Rule):
             f"and the input batches with `.to(memory_format=torch.{fmt})` "
             "to use tensor-core convolutions without transposes",
             evidence=[
-                Evidence(f"the {run.framework} trainer runs the training: `{self.ctx.code_for(run.run)}`", node=run.run)
+                *self._network(),
+                Evidence(
+                    f"the {run.framework} trainer runs the training: `{self.ctx.code_line(run.run)}`", node=run.run
+                ),
             ],
         )
 

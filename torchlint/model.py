@@ -307,6 +307,15 @@ class FileModel:
     def code_for(self, node: cst.CSTNode) -> str:
         return self.module.code_for_node(node)
 
+    def code_line(self, node: cst.CSTNode, width: int = 60) -> str:
+        """The node's code on one line, for an evidence note: its first line,
+        cut at ``width`` characters, with ``…`` where anything was left out."""
+        lines = self.code_for(node).strip().splitlines() or [""]
+        first = lines[0].strip().rstrip(",")
+        if len(first) > width:
+            return first[: width - 1] + "…"
+        return first + ("…" if len(lines) > 1 else "")
+
     @staticmethod
     def replace(node: cst.CSTNode, new: Any) -> Edit:
         """An edit replacing ``node`` with ``new`` (a node or source text).
