@@ -371,7 +371,7 @@ def test_09_tl202_pinning_is_unsafe_since_the_dataset_may_return_cuda_tensors():
     source = textwrap.dedent(
         """\
         from torch.utils.data import DataLoader
-        loader = DataLoader(cuda_rows, batch_size=16)
+        loader = DataLoader(cuda_rows, batch_size=16, num_workers=2)
         for x in loader:
             x = x.to(dev)
         """
@@ -532,7 +532,7 @@ CASCADE = {
 
 
         def main(dataset, model, optimizer, device):
-            loader = DataLoader(dataset, batch_size=4)
+            loader = DataLoader(dataset, batch_size=4, num_workers=4)
             train_one_epoch(model, loader, optimizer, device)
     """,
     "engine.py": """\

@@ -33,7 +33,7 @@ LOADER = textwrap.dedent(
 
 
     def main(dataset, model, device):
-        loader = DataLoader(dataset, batch_size=4)
+        loader = DataLoader(dataset, batch_size=4, num_workers=4)
         for x, y in loader:
             loss = model.forward(x.to(device)).sum()
             loss.backward()
