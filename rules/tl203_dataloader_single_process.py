@@ -408,12 +408,8 @@ class DataloaderSingleProcess(Rule):
             options = {_keyword(arg): arg.value for arg in config.args if arg.keyword is not None}
             if any(arg.star for arg in config.args):
                 continue  # keys the rule cannot see
-            workers = options.get("num_workers")
-            if workers is None:
-                reason = "`num_workers` is not set"
-            elif isinstance(workers, cst.Integer) and workers.evaluated_value == 0:
-                reason = "`num_workers=0`"
-            else:
+            reason = _single_process_reason(options.get("num_workers"))
+            if reason is None:
                 continue
             dataset = options.get("dataset")
             if not self._loads_per_item(dataset):
@@ -456,10 +452,7 @@ class DataloaderSingleProcess(Rule):
                     return None  # positional arguments may include num_workers
             if len([a for a in call.args if a.keyword is None and not a.star]) > 5:
                 return None  # num_workers passed positionally
-            return "`num_workers` is not set"
-        if isinstance(value, cst.Integer) and value.evaluated_value == 0:
-            return "`num_workers=0`"
-        return None
+        return _single_process_reason(value)
 
     def _loops_over(self, loader: LoaderInfo) -> List[LoopInfo]:
         """The ``for`` loops of the module that iterate the loader's name."""
@@ -557,3 +550,12 @@ def _last_line(code: str) -> str:
 
 def _keyword(arg: cst.Arg) -> Optional[str]:
     return arg.keyword.value if arg.keyword is not None else None
+
+
+def _single_process_reason(workers: Optional[cst.BaseExpression]) -> Optional[str]:
+    """Why a loader's ``num_workers`` leaves loading in the training process, if it does."""
+    if workers is None:
+        return "`num_workers` is not set"
+    if isinstance(workers, cst.Integer) and workers.evaluated_value == 0:
+        return "`num_workers=0`"
+    return None

@@ -417,7 +417,7 @@ def training_entry_loop(ctx: "FileModel") -> Optional[LoopInfo]:
     training = [loop for loop in ctx.facts.loops.values() if loop_trains(ctx, loop)]
     if not training:
         return None
-    runs_as_script = any(is_main_guard(statement) for statement in ctx.module.body)
+    runs_as_script = _has_main_block(ctx)
     if not runs_as_script:
         runs_as_script = any(loop.function is None for loop in training) or any(
             ctx.facts.function_trains(name) for name in ctx.facts.module_calls | ctx.facts.module_passed
@@ -441,12 +441,16 @@ def framework_training_run(ctx: "FileModel") -> Optional[TrainerRun]:
     the training loop is the framework's. The run must be reached: at module
     level, or in a function of a module with an ``if __name__ == "__main__":``
     block, or one the module calls or hands to a launcher. Exact after the walk."""
-    runs_as_script = any(is_main_guard(statement) for statement in ctx.module.body)
+    runs_as_script = _has_main_block(ctx)
     for run in ctx.facts.trainer_runs:
         function = run.function
         if function is None or runs_as_script or function.name in ctx.facts.module_calls | ctx.facts.module_passed:
             return run
     return None
+
+
+def _has_main_block(ctx: "FileModel") -> bool:
+    return any(is_main_guard(statement) for statement in ctx.module.body)
 
 
 def outermost_loop_in_function(loop: LoopInfo) -> LoopInfo:
