@@ -13,7 +13,7 @@ from torchlint.model import (
     launches_device_work,
     lives_on_host,
     module_evidence,
-    per_batch_anchor,
+    per_batch_evidence,
     reads_host,
     tensor_evidence,
 )
@@ -718,12 +718,7 @@ class HostSyncInLoop(Rule):
 
 def _loop_evidence(loop, helper) -> List[Evidence]:
     """Why the read runs per batch: the loop, or the helper's call from it."""
-    text = (
-        f"runs once per batch: {loop.line_hint}"
-        if helper is None
-        else f"`{helper.name}()` runs once per batch: {loop.line_hint}"
-    )
-    return [Evidence(text, node=per_batch_anchor(loop, helper))]
+    return [per_batch_evidence(loop, helper)]
 
 
 def _unconditional_positions(site: Site) -> List[Tuple[int, int]]:

@@ -12,6 +12,7 @@ from torchlint.model import (
     dotted_name,
     iter_subtree,
     last_name,
+    per_batch_evidence,
 )
 from torchlint.rule import Invalid, Rule, Valid
 
@@ -380,7 +381,7 @@ class SynchronizeInLoop(Rule):
                     f"{what} in `{helper.name}()` blocks the host until the GPU is idle once per batch: "
                     f"it is called from {loop.line_hint}; remove it, or synchronize only every N steps"
                 )
-            self.report(node, message)
+            self.report(node, message, evidence=[per_batch_evidence(loop, helper)])
 
     def _timing(self, site: Site) -> bool:
         for loop in site.loops():

@@ -4,7 +4,7 @@ from typing import List, Optional, Tuple
 
 import libcst as cst
 
-from torchlint.model import Site, dotted_name, keyword, tensor_evidence
+from torchlint.model import Site, dotted_name, keyword, per_batch_evidence, tensor_evidence
 from torchlint.rule import Invalid, Rule, Valid
 
 # torch functions whose output size depends on the values of their input.
@@ -405,7 +405,7 @@ class DataDependentShapeInLoop(Rule):
                     "and syncs with the host once per batch: "
                     f"it is called from {loop.line_hint}; {advice}"
                 )
-            self.report(node, message)
+            self.report(node, message, evidence=[per_batch_evidence(loop, helper)])
 
 
 def _named_like_counts(expr: cst.BaseExpression) -> bool:

@@ -4,7 +4,7 @@ from typing import List, Optional, Tuple
 
 import libcst as cst
 
-from torchlint.model import Site, device_move, keyword, per_batch_anchor
+from torchlint.model import Site, device_move, keyword, per_batch_evidence
 from torchlint.rule import SAFE, UNSAFE, Evidence, Fix, Invalid, Rule, Valid
 
 # Factories that take ``device=`` and return the same values wherever they run.
@@ -426,12 +426,7 @@ class CpuTensorThenMove(Rule):
                 continue
             loop, helper = site.per_step()  # not under a periodic guard, nor on an exception path
             if loop is not None:
-                text = (
-                    f"runs once per batch: {loop.line_hint}"
-                    if helper is None
-                    else f"`{helper.name}()` runs once per batch: {loop.line_hint}"
-                )
-                self.report(node, message, fix, evidence=[Evidence(text, node=per_batch_anchor(loop, helper))])
+                self.report(node, message, fix, evidence=[per_batch_evidence(loop, helper)])
 
     def _inside_fstring_quoted(self, quote: str) -> bool:
         return any(isinstance(node, cst.FormattedString) and quote in node.start for node in self.ctx.ancestry())

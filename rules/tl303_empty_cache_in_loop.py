@@ -4,7 +4,7 @@ from typing import List, Optional, Set, Tuple
 
 import libcst as cst
 
-from torchlint.model import FunctionInfo, LoopInfo, Site
+from torchlint.model import FunctionInfo, LoopInfo, Site, per_batch_evidence
 from torchlint.rule import Invalid, Rule, Valid
 
 _EMPTY_CACHE = frozenset(
@@ -286,7 +286,7 @@ class EmptyCacheInLoop(Rule):
                     f"`empty_cache()` in `{helper.name}()` runs once per batch: it is called from {loop.line_hint}; "
                     "it synchronizes and throws away the cached blocks the next iteration needs"
                 )
-            self.report(node, message)
+            self.report(node, message, evidence=[per_batch_evidence(loop, helper)])
 
     def _epoch_functions(self) -> Set[str]:
         """Module functions with a batch loop of their own (``train_one_epoch``):

@@ -1,9 +1,10 @@
 from __future__ import annotations
 
 import re
+from typing import Optional, Tuple
 
 from torchlint.model import outermost_loop_in_function, torch_alias, training_entry_loop
-from torchlint.rule import UNSAFE, Invalid, Rule, Valid
+from torchlint.rule import UNSAFE, Evidence, Invalid, Rule, Valid
 
 # The script already decides about TF32 (either way).
 _DECIDED = re.compile(r"allow_tf32|set_float32_matmul_precision|fp32_precision|\btf32\b|TF32")
@@ -21,17 +22,39 @@ _PRECISION_ELSEWHERE = re.compile(
 _MATMUL_MODELS = re.compile(
     r"Transformer|MultiheadAttention|scaled_dot_product_attention|from_pretrained|torch\.matmul|\.matmul\(|\.bmm\(|torch\.bmm|einsum\(|\bF\.linear\("
 )
+_NOT_A_MODEL = re.compile(r"Tokenizer|Processor|Config|FeatureExtractor|tokenizer|processor")
 _LINEAR = re.compile(r"\bLinear\(\s*(\d[\d_]*)\s*,\s*(\d[\d_]*)")
 # A Linear layer this large (in x out) is a matmul worth tensor cores; smaller ones make a tiny MLP.
 _LARGE_LINEAR = 512 * 512
 
 
-def _matmul_heavy(source: str) -> bool:
-    """Does the module show a model whose float32 matmuls TF32 would speed up?
-    Convolutions do not count: cuDNN runs them in TF32 by default."""
-    if _MATMUL_MODELS.search(source):
-        return True
-    return any(int(a.replace("_", "")) * int(b.replace("_", "")) >= _LARGE_LINEAR for a, b in _LINEAR.findall(source))
+def _matmul_model(source: str) -> Optional["re.Match[str]"]:
+    """Where the module shows a model whose float32 matmuls TF32 would speed
+    up, if it does. Convolutions do not count: cuDNN runs them in TF32 by default."""
+    matches = list(_MATMUL_MODELS.finditer(source))
+    if matches:
+        # the evidence to show: a model rather than its tokenizer or config, where the module has one
+        models = [m for m in matches if not _NOT_A_MODEL.search(_line_of(source, m, width=10_000))]
+        return (models or matches)[0]
+    for linear in _LINEAR.finditer(source):
+        a, b = linear.groups()
+        if int(a.replace("_", "")) * int(b.replace("_", "")) >= _LARGE_LINEAR:
+            return linear
+    return None
+
+
+def _line_of(source: str, match: "re.Match[str]", width: int = 60) -> str:
+    """The source line a match is on, stripped and cut to ``width``."""
+    start = source.rfind("\n", 0, match.start()) + 1
+    end = source.find("\n", match.start())
+    line = source[start : end if end != -1 else len(source)].strip()
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def _place(source: str, match: "re.Match[str]") -> Tuple[int, int]:
+    """1-based row and column of a match in the module's text."""
+    before = source[: match.start()]
+    return before.count("\n") + 1, match.start() - (before.rfind("\n") + 1) + 1
 
 
 class Tf32NotEnabled(Rule):
@@ -323,12 +346,14 @@ class Tf32NotEnabled(Rule):
         source = self.ctx.source
         if "cuda" not in source or _DECIDED.search(source) or _LOW_PRECISION.search(source):
             return
-        if _PRECISION_ELSEWHERE.search(source) or not _matmul_heavy(source):
+        matmuls = None if _PRECISION_ELSEWHERE.search(source) else _matmul_model(source)
+        if matmuls is None:
             return
         loop = training_entry_loop(self.ctx)
         if loop is None:
             return
         outer = outermost_loop_in_function(loop)
+        row, column = _place(source, matmuls)
         alias = torch_alias(self.ctx.names)
         fix = None
         if alias is not None:
@@ -345,4 +370,10 @@ class Tf32NotEnabled(Rule):
             "float32 CUDA training runs with full-precision float32 matmuls; on Ampere or newer GPUs "
             'TF32 (`torch.set_float32_matmul_precision("high")`) is several times faster',
             fix,
+            evidence=[
+                Evidence(
+                    f"a model whose time goes into matmuls: `{_line_of(source, matmuls)}`", row=row, column=column
+                ),
+                Evidence(f"it trains in {loop.line_hint}", node=loop.node),
+            ],
         )

@@ -94,6 +94,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from torchlint.rule import Rule
 
 __all__ = [
+    "per_batch_evidence",
     "FRAMEWORK_AMP_WRAPPERS",
     "FRAMEWORK_LOADER_KEYWORDS",
     "MIXED_PRECISION_VALUES",
@@ -154,6 +155,17 @@ __all__ = [
     "training_entry_loop",
     "uses_default_collate",
 ]
+
+
+def per_batch_evidence(loop, helper: Optional[FunctionInfo]) -> Evidence:
+    """The evidence that a node runs once per batch: the loop, or the helper's
+    call from it (``Site.batch_context()`` gives both)."""
+    text = (
+        f"runs once per batch: {loop.line_hint}"
+        if helper is None
+        else f"`{helper.name}()` runs once per batch: {loop.line_hint}"
+    )
+    return Evidence(text, node=per_batch_anchor(loop, helper))
 
 
 class FileModel:
