@@ -1,11 +1,11 @@
 from __future__ import annotations
 
-from typing import List, Optional, Set, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
 from torchlint.model import FunctionInfo, LoopInfo, dotted_name, last_name, optimizer_receiver, scaler_call
-from torchlint.rule import Invalid, Rule, Valid
+from torchlint.rule import Evidence, Invalid, Rule, Valid
 
 _BACKWARD_METHODS = frozenset({"backward", "manual_backward"})
 _AUTOGRAD_BACKWARD = frozenset({"torch.autograd.backward"})
@@ -236,6 +236,8 @@ class MissingZeroGrad(Rule):
     def __init__(self, ctx, options) -> None:
         super().__init__(ctx, options)
         self.backward_loops: Set[int] = set()
+        # id(loop node) -> the first backward() call in it
+        self.backward_calls: Dict[int, cst.Call] = {}
         self.clearing_loops: Set[int] = set()
         self.clearing_functions: Set[str] = set()
         self.steps: List[Tuple[LoopInfo, cst.Call, str, str]] = []
@@ -286,6 +288,7 @@ class MissingZeroGrad(Rule):
         if name in _BACKWARD_METHODS or self.ctx.qualified_name(func) in _AUTOGRAD_BACKWARD:
             for loop in self._enclosing_loops():
                 self.backward_loops.add(id(loop.node))
+                self.backward_calls.setdefault(id(loop.node), node)
             return
         if name == "step" and isinstance(func, cst.Attribute):
             found = scaler_call(self.ctx, node)
@@ -316,4 +319,11 @@ class MissingZeroGrad(Rule):
                 node,
                 f"`{text}` runs in {target.line_hint}, which calls `backward()` but never clears the gradients: "
                 "every step applies the sum of all gradients so far; call `zero_grad()` after each step",
+                evidence=[
+                    Evidence("the loop calls `backward()`", node=self.backward_calls[id(target.node)]),
+                    Evidence(
+                        "nothing in the loop, or in a function it calls, clears the gradients",
+                        node=target.node,
+                    ),
+                ],
             )

@@ -6,7 +6,7 @@ from typing import Dict, List, Optional, Set, Tuple
 import libcst as cst
 
 from torchlint.model import FunctionInfo, LoopInfo, Site, dotted_name, loop_trains, module_mode_call
-from torchlint.rule import Invalid, Rule, Valid
+from torchlint.rule import Evidence, Invalid, Rule, Valid
 
 # Models that are evaluated but never trained: staying in eval mode is right.
 _NOT_TRAINED = re.compile(
@@ -415,6 +415,10 @@ class TrainModeNotRestored(Rule):
                 f"`{callee}()` switches `{model}` to eval mode (`{switch}` in `{function.name}()`) and never back, "
                 f"and nothing in the training loop {loop.line_hint} calls `{model}.train()`: "
                 "the following steps train with dropout off and batch-norm statistics frozen",
+                evidence=[
+                    Evidence(f"`{function.name}()` calls `{switch}` and not `.train()`", node=function.node),
+                    Evidence(f"the training loop: {loop.line_hint}", node=loop.node),
+                ],
             )
 
     def _leaves_eval(self, name: str, seen: Set[str]) -> Optional[Tuple[FunctionInfo, str]]:
