@@ -7,6 +7,8 @@ import textwrap
 
 from ruletest import lint
 
+from torchlint.registry import all_rules
+
 FRAMEWORK = textwrap.dedent("""\
     import torchvision
     from mmengine.runner import Runner
@@ -20,19 +22,8 @@ FRAMEWORK = textwrap.dedent("""\
         main()
 """)
 
-LAUNCHED = textwrap.dedent("""\
-    from accelerate import Accelerator, notebook_launcher
-    from timm import create_model
-
-    def training_loop(mixed_precision="fp16"):
-        accelerator = Accelerator(mixed_precision=mixed_precision)
-        model = create_model("resnet50d")
-        for batch in loader:
-            accelerator.backward(model(batch).sum())
-            optimizer.step()
-
-    notebook_launcher(training_loop, ())
-""")
+# TL803's own INVALID example: a training function handed to accelerate's notebook launcher.
+LAUNCHED = next(example.source for example in all_rules()["TL803"].INVALID if "notebook_launcher" in example.source)
 
 
 def _notes(diagnostic):
