@@ -13,6 +13,7 @@ from torchlint.model import (
     dotted_name,
     framework_training_run,
     iter_subtree,
+    keyword_value,
     last_name,
 )
 from torchlint.rule import Evidence, Invalid, Rule, Valid
@@ -402,16 +403,15 @@ class DataloaderSingleProcess(Rule):
     def _check_framework_loaders(self, run: TrainerRun) -> None:
         """The loader configurations a framework trainer builds its training DataLoader from."""
         for keyword in FRAMEWORK_LOADER_KEYWORDS.get(run.framework, ()):
-            config = self._config_dict(next((a.value for a in run.constructor.args if _keyword(a) == keyword), None))
+            config = self._config_dict(keyword_value(run.constructor, keyword))
             if config is None:
                 continue
-            options = {_keyword(arg): arg.value for arg in config.args if arg.keyword is not None}
             if any(arg.star for arg in config.args):
                 continue  # keys the rule cannot see
-            reason = _single_process_reason(options.get("num_workers"))
+            reason = _single_process_reason(keyword_value(config, "num_workers"))
             if reason is None:
                 continue
-            dataset = options.get("dataset")
+            dataset = keyword_value(config, "dataset")
             if not self._loads_per_item(dataset):
                 continue
             self.report(
@@ -546,10 +546,6 @@ def _last_line(code: str) -> str:
     """A call that spans lines, named by its last line (``….to(device)``)."""
     lines = code.strip().splitlines()
     return lines[0] if len(lines) == 1 else "…" + lines[-1].strip()
-
-
-def _keyword(arg: cst.Arg) -> Optional[str]:
-    return arg.keyword.value if arg.keyword is not None else None
 
 
 def _single_process_reason(workers: Optional[cst.BaseExpression]) -> Optional[str]:
