@@ -11,6 +11,7 @@ from torchlint.model import (
     TrainerRun,
     does_per_item_work,
     dotted_name,
+    framework_run_evidence,
     framework_training_run,
     iter_subtree,
     keyword_value,
@@ -423,11 +424,7 @@ class DataloaderSingleProcess(Rule):
                     Evidence(
                         "fetching a sample is real work (files read or decoded, or a transform applied)", node=dataset
                     ),
-                    Evidence(
-                        f"the {run.framework} trainer trains on it (and places the model on the GPU when one is "
-                        f"present): `{self.ctx.code_for(run.run)}`",
-                        node=run.run,
-                    ),
+                    framework_run_evidence(self.ctx, run),
                 ],
             )
 

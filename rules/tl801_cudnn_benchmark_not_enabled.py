@@ -8,6 +8,7 @@ import libcst as cst
 from torchlint.model import (
     TrainerRun,
     conv_dims,
+    framework_run_evidence,
     framework_training_run,
     outermost_loop_in_function,
     torch_alias,
@@ -456,9 +457,7 @@ class CudnnBenchmarkNotEnabled(Rule):
             "pick the fastest algorithms (only right for fixed input shapes)",
             evidence=[
                 self._convolutional(),
-                Evidence(
-                    f"the {run.framework} trainer runs the training: `{self.ctx.code_line(run.run)}`", node=run.run
-                ),
+                framework_run_evidence(self.ctx, run),
             ],
         )
 

@@ -10,6 +10,7 @@ from torchlint.model import (
     TrainerRun,
     conv_dims,
     dotted_name,
+    framework_run_evidence,
     framework_training_run,
     last_name,
     outermost_loop_in_function,
@@ -423,9 +424,7 @@ class ChannelsLastNotUsed(Rule):
             "to use tensor-core convolutions without transposes",
             evidence=[
                 *self._network(),
-                Evidence(
-                    f"the {run.framework} trainer runs the training: `{self.ctx.code_line(run.run)}`", node=run.run
-                ),
+                framework_run_evidence(self.ctx, run),
             ],
         )
 

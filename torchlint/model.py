@@ -94,6 +94,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from torchlint.rule import Rule
 
 __all__ = [
+    "framework_run_evidence",
     "per_batch_evidence",
     "FRAMEWORK_AMP_WRAPPERS",
     "FRAMEWORK_LOADER_KEYWORDS",
@@ -155,6 +156,14 @@ __all__ = [
     "training_entry_loop",
     "uses_default_collate",
 ]
+
+
+def framework_run_evidence(ctx: "FileModel", run: TrainerRun) -> Evidence:
+    """The evidence that a framework trains here, on the GPU when there is one."""
+    return Evidence(
+        f"the {run.framework} trainer runs the training, on the GPU when one is present: `{ctx.code_line(run.run)}`",
+        node=run.run,
+    )
 
 
 def per_batch_evidence(loop, helper: Optional[FunctionInfo]) -> Evidence:

@@ -36,7 +36,7 @@ def test_a_framework_run_names_the_convolution_the_precision_and_the_run():
     assert tl801.row == tl803.row == 5  # the trainer, which takes the setting
     assert _notes(tl801) == [
         ("the network is convolutional: `torchvision.models.resnet50()`", 5),
-        ("the mmengine trainer runs the training: `runner.train()`", 7),
+        ("the mmengine trainer runs the training, on the GPU when one is present: `runner.train()`", 7),
     ]
     assert _notes(tl803)[1] == ('mixed precision: `type="AmpOptimWrapper"`', 6)
 
