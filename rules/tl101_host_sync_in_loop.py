@@ -12,6 +12,7 @@ from torchlint.model import (
     last_name,
     launches_device_work,
     lives_on_host,
+    mentions_cuda_availability,
     module_evidence,
     per_batch_evidence,
     reads_host,
@@ -63,10 +64,14 @@ class HostSyncInLoop(Rule):
     `torch.cuda.synchronize()`, for timing) has drained the GPU, later reads
     in the same iteration find nothing queued and cost nothing more, unless a
     model or loss call, a backward, an optimizer step or a collective comes
-    in between. When every iteration runs an explicit
-    `torch.cuda.synchronize()` (a step timer), before or after the read, the
-    host waits once per step anyway and the read adds no stall: nothing is
-    reported there (TL102 speaks of the synchronize itself). A NaN or inf
+    in between. Once the iteration has waited by design (an explicit
+    `torch.cuda.synchronize()`, a step timer, in the loop's body above the
+    read), later reads are not reported either. A read followed by the
+    iteration's synchronize with no GPU work launched in between adds no
+    stall: the host waits there anyway (TL102 speaks of the synchronize
+    itself). A read *before* the model's backward or the optimizer step is
+    reported even when a synchronize comes later: it stalls the launch of
+    that work. A helper that synchronizes on every call is left alone. A NaN or inf
     guard on a tensor (`if torch.isnan(loss): raise …`) counts the same way:
     the host needs that answer every step by design, so the guard is not
     reported and the iteration's other reads are free.
@@ -570,6 +575,38 @@ class HostSyncInLoop(Rule):
                     return False
         return False
 
+    def _synchronized_before(self, site: Site, loop) -> bool:
+        """Has the iteration already waited by design before the read: a
+        `torch.cuda.synchronize()` or a NaN guard in the loop's own body, in a
+        statement above the one that holds the read? The host drained the
+        GPU once this step; a later read is not worth a second finding."""
+        body = getattr(getattr(loop, "node", None), "body", None)
+        if body is None:
+            return False
+        for block, child in site.ancestors():
+            if block is body and isinstance(block, cst.IndentedBlock):
+                index = block.body.index(child)
+                return any(block_id == id(body) and at < index for block_id, at in self.synchronized_positions)
+        return False
+
+    def _synchronized_next(self, site: Site) -> bool:
+        """Does an explicit `torch.cuda.synchronize()` follow the read in the
+        iteration, with no model call, backward or optimizer step launched in
+        between? Then the host waits there anyway and the read only moves that
+        wait a few statements earlier; one with GPU work in between stalls it."""
+        for block, child in site.ancestors():
+            if isinstance(block, (cst.For, cst.While, cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+                return False
+            if not isinstance(block, cst.IndentedBlock):
+                continue
+            index = block.body.index(child)
+            for later in range(index + 1, len(block.body)):
+                if (id(block), later) in self.synchronized_positions:
+                    return True
+                if launches_device_work(self.ctx, block.body[later]):
+                    return False
+        return False
+
     def _collected_on_host(self, node: cst.CSTNode) -> bool:
         """Is the copied tensor kept in a host container: ``preds.append(out.cpu())``,
         ``[p.cpu() for p in preds]``, ``results[key] = out.cpu().numpy()``? Then the
@@ -665,11 +702,13 @@ class HostSyncInLoop(Rule):
 
     # -- deciding, once the module's loops and calls are known -------------------
     def _iteration_synchronizes(self, loop, helper) -> bool:
-        """Does every iteration (every call of the helper) run an explicit
-        `torch.cuda.synchronize()`, before or after the read? Then the host
-        waits for the GPU once per step anyway (a timer, a deliberate drain),
-        and the read adds no stall of its own."""
-        owner = helper.node if helper is not None else getattr(loop, "node", None)
+        """Does every call of the helper run an explicit `torch.cuda.synchronize()`?
+        Then the helper waits for the GPU on each call anyway (a timer, a
+        deliberate drain), and its read adds no stall of its own. In a loop's
+        own body only a synchronize *before* the read makes it free
+        (``_host_already_waited``): one after it leaves the read's stall in place,
+        between the forward and the backward."""
+        owner = helper.node
         body = getattr(owner, "body", None)
         return body is not None and any(block == id(body) for block, _ in self.synchronized_positions)
 
@@ -700,12 +739,19 @@ class HostSyncInLoop(Rule):
                 continue
             if site.under_periodic_guard(within=loop if helper is None else None):
                 continue
-            if self._iteration_synchronizes(loop, helper):
-                continue
+            if helper is not None and self._iteration_synchronizes(loop, helper):
+                continue  # the helper drains the GPU itself on every call
+            if helper is None and (self._synchronized_before(site, loop) or self._synchronized_next(site)):
+                continue  # the iteration waits anyway: before the read, or next with nothing launched between
             if helper is None:
                 message = (
                     f"{what} forces a host-device sync on every iteration of {loop.line_hint}; "
                     "keep the value on the device and read it once, or every N steps"
+                )
+            elif getattr(loop, "function", None) is helper:  # the step function itself
+                message = (
+                    f"{what} forces a host-device sync once per batch in {loop.line_hint}; "
+                    "read the value every N steps instead"
                 )
             else:
                 message = (
@@ -733,6 +779,8 @@ def _unconditional_positions(site: Site) -> List[Tuple[int, int]]:
         if isinstance(block, cst.IndentedBlock):
             if unconditional:
                 positions.append((id(block), block.body.index(child)))
+        elif isinstance(block, cst.If) and _taken_on_cuda(site.ctx, block, child):
+            continue  # ``elif device == "cuda": torch.cuda.synchronize()``: runs on every GPU run
         elif isinstance(
             block, (cst.If, cst.Else, cst.ExceptHandler, cst.ExceptStarHandler, cst.Finally)
         ) and child is not getattr(block, "test", None):
@@ -744,6 +792,35 @@ def _unconditional_positions(site: Site) -> List[Tuple[int, int]]:
         elif isinstance(block, (cst.ListComp, cst.GeneratorExp, cst.DictComp, cst.SetComp)):
             unconditional = False  # may run zero times
     return positions
+
+
+def _taken_on_cuda(ctx, branch: cst.If, child: cst.CSTNode) -> bool:
+    """Is ``child`` the side of ``branch`` that runs whenever the code runs on
+    CUDA: the body of ``if device == "cuda":`` (``"cuda" in device``,
+    ``torch.cuda.is_available()``), or the ``else``/``elif`` side of a test
+    for another device (``if device == "mps": … elif …``)?"""
+    test = branch.test
+    if child is branch.body:
+        return mentions_cuda_availability(ctx, test) or _compares_device(test, cuda=True)
+    if child is branch.orelse:
+        return _compares_device(test, cuda=False)
+    return False
+
+
+def _compares_device(test: cst.BaseExpression, cuda: bool) -> bool:
+    """``device == "cuda"`` / ``"cuda" in device_type`` (cuda=True), or
+    ``device == "mps"``/``"cpu"`` (cuda=False)."""
+    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+        return False
+    target = test.comparisons[0]
+    operator = target.operator
+    strings = [e for e in (test.left, target.comparator) if isinstance(e, cst.SimpleString)]
+    if len(strings) != 1 or not isinstance(strings[0].evaluated_value, str):
+        return False
+    device = strings[0].evaluated_value.split(":", 1)[0]
+    if cuda:
+        return device == "cuda" and isinstance(operator, (cst.Equal, cst.In))
+    return device in ("mps", "cpu", "xpu", "npu") and isinstance(operator, cst.Equal)
 
 
 _FINITENESS = frozenset({"isnan", "isinf", "isfinite", "isneginf", "isposinf", "isreal"})

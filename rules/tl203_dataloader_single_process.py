@@ -6,6 +6,7 @@ import libcst as cst
 
 from torchlint.model import (
     FRAMEWORK_LOADER_KEYWORDS,
+    PER_ITEM_WORK,
     LoaderInfo,
     LoopInfo,
     TrainerRun,
@@ -499,8 +500,16 @@ class DataloaderSingleProcess(Rule):
             return any(self._loads_per_item(value, depth + 1) for value in self.assigned.get(node.value, ()))
         if isinstance(node, (cst.List, cst.Tuple)):
             return any(self._loads_per_item(element.value, depth + 1) for element in node.elements)
+        if isinstance(node, cst.Subscript):  # ``dataset_dict["train"]``: a split keeps its transform
+            return self._loads_per_item(node.value, depth + 1)
         if not isinstance(node, cst.Call):
             return False
+        if isinstance(node.func, cst.Attribute):
+            method = node.func.attr.value
+            if method in _ON_ACCESS_TRANSFORMS and node.args:
+                return self._does_per_item_work(node.args[0].value)
+            if method in _KEEP_TRANSFORM:
+                return self._loads_per_item(node.func.value, depth + 1)
         qname = self.ctx.qualified_name(node.func) or dotted_name(node.func) or ""
         if qname.startswith("torchvision.datasets."):
             return True
@@ -516,7 +525,23 @@ class DataloaderSingleProcess(Rule):
             return self._loads_per_item(node.args[0].value, depth + 1)
         return False
 
+    def _does_per_item_work(self, function: cst.BaseExpression) -> bool:
+        """Does a transform function (a function of this module, or a lambda)
+        decode, read or transform samples?"""
+        if isinstance(function, cst.Lambda):
+            calls = (sub for sub in iter_subtree(function.body) if isinstance(sub, cst.Call))
+            return any(last_name(call.func) in PER_ITEM_WORK for call in calls)
+        if isinstance(function, cst.Name):
+            return any(does_per_item_work(info.node) for info in self.ctx.facts.functions.get(function.value, ()))
+        return False
 
+
+# A Hugging Face dataset's transform set with these runs on every access, in
+# the process that fetches the item (``dataset.with_transform(preprocess)``),
+# unlike ``.map()``, which runs once ahead of training.
+_ON_ACCESS_TRANSFORMS = frozenset({"with_transform", "set_transform"})
+# Dataset methods whose result keeps the on-access transform of their receiver.
+_KEEP_TRANSFORM = frozenset({"remove_columns", "rename_column", "rename_columns", "select", "shuffle", "filter"})
 # Calls that take one batch of a loader: a look at a sample.
 _PEEKS = frozenset({"first", "next", "iter"})
 _TRANSFORM_KEYWORDS = frozenset({"transform", "transforms", "target_transform"})

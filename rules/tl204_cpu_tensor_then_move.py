@@ -1,10 +1,10 @@
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import libcst as cst
 
-from torchlint.model import Site, device_move, keyword, per_batch_evidence
+from torchlint.model import Site, device_move, device_placement, keyword, per_batch_evidence
 from torchlint.rule import SAFE, UNSAFE, Evidence, Fix, Invalid, Rule, Valid
 
 # Factories that take ``device=`` and return the same values wherever they run.
@@ -19,6 +19,8 @@ _COMPUTED = frozenset("torch." + name for name in "arange range".split())
 _FLOATING = frozenset("torch." + name for name in "linspace logspace".split())  # always floating-point
 # Random factories: the device's generator draws different numbers than the CPU's.
 _RANDOM = frozenset("torch." + name for name in "rand randn randint randperm".split())
+# Factories whose result is an index (integer positions).
+_INDEX_FACTORIES = frozenset("torch." + name for name in "arange range randperm randint".split())
 # The ``*_like`` factories are not listed: they allocate on their input's
 # device, which is usually the device already (``zeros_like(latents).to(device, dtype)``).
 # Nor are ``torch.tensor``/``as_tensor``: their data is on the host either way,
@@ -344,6 +346,8 @@ class CpuTensorThenMove(Rule):
     def __init__(self, ctx, options) -> None:
         super().__init__(ctx, options)
         self.candidates: List[Tuple[Site, cst.Call, str, Optional[Fix]]] = []
+        # id(factory) -> (site of the indexing, factory, the device tensor, the call that placed it)
+        self.indexing: Dict[int, Tuple[Site, cst.Call, cst.BaseExpression, cst.CSTNode]] = {}
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
@@ -411,22 +415,92 @@ class CpuTensorThenMove(Rule):
             )
         self.candidates.append((self.ctx.site(), node, message, fix))
 
+    def visit_Subscript(self, node: cst.Subscript) -> None:
+        """``queue[idx]`` with ``idx = torch.randperm(n)``: a host index into a device tensor."""
+        if self.ctx.function is None and self.ctx.loop is None:
+            return
+        parts: List[cst.BaseExpression] = []
+        for element in node.slice:
+            if isinstance(element.slice, cst.Index):
+                index = element.slice.value
+                if isinstance(index, cst.Name):
+                    assigned = self.ctx.value_of(index.value)
+                    index = assigned if isinstance(assigned, cst.Tuple) else index
+                parts.extend(e.value for e in index.elements) if isinstance(index, cst.Tuple) else parts.append(index)
+        factories = [(part, self._host_factory(part)) for part in parts]
+        if not any(factory for _, factory in factories):
+            return
+        site = self.ctx.site()
+        placed = device_placement(self.ctx, node.value, site.value_of)
+        on_device = node.value
+        if placed is None:  # ``x[torch.arange(n), labels]`` with ``labels`` on the device
+            for part, factory in factories:
+                if factory is None:
+                    placed = device_placement(self.ctx, part, site.value_of)
+                    if placed is not None:
+                        on_device = part
+                        break
+        if placed is None:
+            return
+        for _, factory in factories:
+            if factory is None or id(factory) in self.indexing:
+                continue
+            self.indexing[id(factory)] = (site, factory, on_device, placed)
+
     def finish(self) -> None:
         for site, node, message, fix in self.candidates:
-            forward = _in_forward(site)
-            if forward is not None and site.runs_every_step():
-                self.report(
-                    node,
-                    message,
-                    fix,
-                    evidence=[
-                        Evidence("in a module's `forward()`: runs on every batch the module sees", node=forward.node)
-                    ],
-                )
+            evidence = self._every_step_evidence(site)
+            if evidence is not None:
+                self.report(node, message, fix, evidence=[evidence])
+        for site, factory, on_device, placed in self.indexing.values():
+            evidence = self._every_step_evidence(site)
+            if evidence is None:
                 continue
-            loop, helper = site.per_step()  # not under a periodic guard, nor on an exception path
-            if loop is not None:
-                self.report(node, message, fix, evidence=[per_batch_evidence(loop, helper)])
+            short = self.ctx.qualified_name(factory.func).rsplit(".", 1)[-1]  # type: ignore[union-attr]
+            indexed = self.ctx.code_line(on_device, width=40)
+            self.report(
+                factory,
+                f"`torch.{short}(...)` creates an index on the CPU that then indexes `{indexed}` on the device: "
+                "each use copies the index to the device and waits for the copy; pass `device=` to the factory",
+                None,
+                evidence=[
+                    Evidence(
+                        f"`{indexed}` is on the device: `{self.ctx.code_line(placed, width=50)}`",
+                        node=placed,
+                    ),
+                    evidence,
+                ],
+            )
+
+    def _every_step_evidence(self, site: Site) -> Optional[Evidence]:
+        """Why the node runs on every step: a module's forward pass (or a
+        helper it calls), or a batch loop; None for one-off code, periodic
+        and exception paths."""
+        forward, helper = site.forward_context()
+        if forward is not None:
+            text = (
+                "in a module's `forward()`: runs on every batch the module sees"
+                if helper is None
+                else f"`{helper.name}()` runs on every forward pass, called from `{forward.class_name}.forward()`"
+            )
+            return Evidence(text, node=forward.node)
+        loop, helper = site.per_step()  # not under a periodic guard, nor on an exception path
+        return per_batch_evidence(loop, helper) if loop is not None else None
+
+    def _host_factory(self, index: cst.BaseExpression) -> Optional[cst.Call]:
+        """The factory call without ``device=`` that made ``index`` on the host:
+        ``torch.randperm(n)`` itself, or the value of a name assigned from one."""
+        if isinstance(index, cst.Name):
+            value = self.ctx.value_of(index.value)
+            index = value if isinstance(value, cst.Call) else index
+        if not isinstance(index, cst.Call):
+            return None
+        qname = self.ctx.qualified_name(index.func)
+        if qname not in _INDEX_FACTORIES:
+            return None
+        if any(keyword(index, k) is not None for k in ("device", "out")) or any(a.star for a in index.args):
+            return None
+        return index
 
     def _inside_fstring_quoted(self, quote: str) -> bool:
         return any(isinstance(node, cst.FormattedString) and quote in node.start for node in self.ctx.ancestry())
@@ -491,14 +565,3 @@ def _requoted(device: cst.BaseExpression) -> cst.BaseExpression:
     if isinstance(device, cst.SimpleString) and device.value.startswith('"') and "'" not in device.value:
         return device.with_changes(value="'" + device.value[1:-1] + "'")
     return device
-
-
-def _in_forward(site: Site):
-    """The ``forward()`` method holding the node (it runs on every batch the
-    module sees), else None."""
-    function = site.function
-    while function is not None:
-        if function.name == "forward" and function.class_name is not None:
-            return function
-        function = function.parent
-    return None

@@ -5,8 +5,17 @@ from typing import Dict, List, Optional, Tuple
 
 import libcst as cst
 
-from torchlint.model import dotted_name, is_module_base, keyword, last_name, names_a_module, names_an_optimizer
-from torchlint.rule import UNSAFE, Invalid, Rule, Valid
+from torchlint.model import (
+    Site,
+    dotted_name,
+    is_module_base,
+    keyword,
+    last_name,
+    names_a_module,
+    names_an_optimizer,
+    per_batch_evidence,
+)
+from torchlint.rule import UNSAFE, Evidence, Invalid, Rule, Valid
 
 _BACKWARD_QUALIFIED = frozenset({"torch.autograd.backward"})
 _GRAD_FUNCTIONS = frozenset({"torch.autograd.grad"})
@@ -36,6 +45,7 @@ class _Candidate:
     self_class: Optional[str]
     # [[first, last]]: event numbers of the innermost enclosing loop's body (filled in on leaving it)
     loop_ref: List = field(default_factory=list)
+    site: Optional[Site] = None
 
 
 class ZeroGradWithoutSetToNone(Rule):
@@ -45,9 +55,17 @@ class ZeroGradWithoutSetToNone(Rule):
     (also `self.optimizer`, `self.zero_grad()` in an `nn.Module`, and
     optimizers taken from a list). When the code supports a PyTorch below
     2.0, where `set_to_none` defaulted to `False`, a plain `zero_grad()` is
-    flagged too, provided every supported version has `set_to_none` (1.7).
-    The supported versions are `target-torch`, or else what the project's
-    manifests declare (see `target-torch` in docs/linter.md).
+    flagged too, unless a supported version is known to predate
+    `set_to_none` (1.7). The supported versions are `target-torch`, or else
+    what the project's manifests declare, or else what its code shows: an
+    unguarded import of a module torch removed in 2.0 (`from torch._six
+    import inf`) limits it to 1.x (see `target-torch` in docs/linter.md).
+
+    Only calls that run once per training step are flagged: in a batch
+    loop (under a gradient-accumulation guard too: zeroing comes with each
+    optimizer step), in a function such a loop calls, or in a step method;
+    a call once per epoch or at set-up zeroes the gradients once, which is
+    nothing to gain.
 
     Not flagged: `zero_grad` methods of objects that are evidently not
     torch's (an instance of a class defined in the module that is not a
@@ -123,6 +141,14 @@ class ZeroGradWithoutSetToNone(Rule):
         Valid("""
             optimizer.zero_grad()
             loss.backward()
+        """),
+        # Once, before the batch loop: one memset of every gradient is nothing to gain.
+        Valid("""
+            def train_one_epoch(model, optimizer, loader):
+                optimizer.zero_grad(set_to_none=False)
+                for batch in loader:
+                    model(batch).sum().backward()
+                    optimizer.step()
         """),
         Valid("""
             optimizer.zero_grad(set_to_none=True)
@@ -213,36 +239,47 @@ class ZeroGradWithoutSetToNone(Rule):
     INVALID = [
         Invalid(
             """
-            optimizer.zero_grad(set_to_none=False)
-            loss.backward()
+            for batch in loader:
+                optimizer.zero_grad(set_to_none=False)
+                model(batch).sum().backward()
+                optimizer.step()
             """,
             fixed=None,
             message="set_to_none=False",
         ),
         Invalid(
             """
-            optimizer.zero_grad(set_to_none=False)
-            loss.backward()
+            for batch in loader:
+                optimizer.zero_grad(set_to_none=False)
+                model(batch).sum().backward()
+                optimizer.step()
             """,
             unsafe_fixes=True,
             fixed="""
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            for batch in loader:
+                optimizer.zero_grad(set_to_none=True)
+                model(batch).sum().backward()
+                optimizer.step()
             """,
         ),
         Invalid(
             """
             import torch
             model = torch.nn.Linear(4, 2)
-            model.zero_grad(False)
+            for x in loader:
+                model.zero_grad(False)
+                model(x).sum().backward()
             """,
             unsafe_fixes=True,
             fixed="""
             import torch
             model = torch.nn.Linear(4, 2)
-            model.zero_grad(set_to_none=True)
+            for x in loader:
+                model.zero_grad(set_to_none=True)
+                model(x).sum().backward()
             """,
         ),
+        # A step method: one call per training step.
         Invalid(
             """
             class Trainer:
@@ -264,10 +301,12 @@ class ZeroGradWithoutSetToNone(Rule):
         ),
         Invalid(
             """
-            for opt in optimizers:
-                opt.zero_grad(set_to_none=False)
-            [o.zero_grad(set_to_none=False) for o in self.optimizers]
-            optimizers[0].zero_grad(set_to_none=False)
+            for batch in loader:
+                for opt in optimizers:
+                    opt.zero_grad(set_to_none=False)
+                [o.zero_grad(set_to_none=False) for o in self.optimizers]
+                optimizers[0].zero_grad(set_to_none=False)
+                model(batch).sum().backward()
             """,
             count=3,
         ),
@@ -277,33 +316,49 @@ class ZeroGradWithoutSetToNone(Rule):
             class Net(nn.Module):
                 def reset(self):
                     self.zero_grad(set_to_none=False)
+
+                def fit(self, loader):
+                    for batch in loader:
+                        self.reset()
+                        self(batch).sum().backward()
             """,
         ),
         Invalid(
             """
             from torch.optim import AdamW
             sgd_like = AdamW(params, lr=1e-3)
-            sgd_like.zero_grad()
+            for batch in loader:
+                sgd_like.zero_grad()
+                model(batch).sum().backward()
+                sgd_like.step()
             """,
             target_torch="1.13",
             fixed="""
             from torch.optim import AdamW
             sgd_like = AdamW(params, lr=1e-3)
-            sgd_like.zero_grad(set_to_none=True)
+            for batch in loader:
+                sgd_like.zero_grad(set_to_none=True)
+                model(batch).sum().backward()
+                sgd_like.step()
             """,
             unsafe_fixes=True,
         ),
+        # Under a gradient-accumulation guard: still once per optimizer step.
         Invalid(
             """
-            optimizer.zero_grad()
-            loss.backward()
-            grads = [p.grad for p in model.parameters()]
+            for i, batch in enumerate(loader):
+                model(batch).sum().backward()
+                if (i + 1) % accumulation == 0:
+                    optimizer.step()
+                    optimizer.zero_grad()
             """,
             target_torch="1.12",
             fixed="""
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            grads = [p.grad for p in model.parameters()]
+            for i, batch in enumerate(loader):
+                model(batch).sum().backward()
+                if (i + 1) % accumulation == 0:
+                    optimizer.step()
+                    optimizer.zero_grad(set_to_none=True)
             """,
             unsafe_fixes=True,
         ),
@@ -431,7 +486,7 @@ class ZeroGradWithoutSetToNone(Rule):
         if explicit is not None:
             if not (isinstance(explicit.value, cst.Name) and explicit.value.value == "False"):
                 return  # True, or a value we cannot read
-        elif not self.ctx.torch_below(2, 0) or not self.ctx.torch_at_least(1, 7):
+        elif not self.ctx.torch_below(2, 0) or self.ctx.torch_below(1, 7):
             return  # zero_grad() sets None by default (2.0+), or `set_to_none` may not exist (before 1.7)
         constructed_by = None
         value = self.ctx.value_of(dotted_name(receiver))
@@ -453,6 +508,7 @@ class ZeroGradWithoutSetToNone(Rule):
                 constructed_by=constructed_by,
                 self_class=self.class_stack[-1] if self.class_stack and dotted_name(receiver) == "self" else None,
                 loop_ref=[loop] if loop is not None else [],
+                site=self.ctx.site(),
             )
         )
 
@@ -475,6 +531,26 @@ class ZeroGradWithoutSetToNone(Rule):
                 continue
             if self._grad_read_before_backward(candidate):
                 continue
+            assert candidate.site is not None
+            if candidate.site.in_exception_path():
+                continue
+            # Per batch, or per optimizer step under an accumulation guard
+            # (``if (i + 1) % accum == 0:``): a periodic guard does not make it rare.
+            loop, helper = candidate.site.batch_context()
+            if loop is None:
+                continue  # once per epoch or at set-up: one memset more or less is nothing to gain
+            evidence = [per_batch_evidence(loop, helper)]
+            if candidate.explicit is None:
+                versions = self.ctx.torch_range
+                evidence.insert(
+                    0,
+                    Evidence(
+                        f"the code runs on torch {versions.describe()}, below 2.0 (from "
+                        + (", ".join(versions.sources) or "target-torch")
+                        + ")",
+                        node=candidate.call,
+                    ),
+                )
             call = candidate.call
             receiver = self.ctx.code_for(call.func.value)  # type: ignore[attr-defined]
             if candidate.explicit is not None:
@@ -487,9 +563,9 @@ class ZeroGradWithoutSetToNone(Rule):
                 if self.grad_updated_in_place or (arg.keyword is None and self._maybe_not_torch_signature(candidate)):
                     # in-place gradient updates would crash on None; a wrapper's
                     # zero_grad(False) may name its argument differently
-                    self.report(call, message)
+                    self.report(call, message, evidence=evidence)
                 else:
-                    self.report(call, message, self.ctx.fix(UNSAFE, "Pass `set_to_none=True`", edit))
+                    self.report(call, message, self.ctx.fix(UNSAFE, "Pass `set_to_none=True`", edit), evidence=evidence)
             else:
                 message = (
                     f"`{receiver}.zero_grad()` zeroes the gradients instead of setting them to `None` on the "
@@ -499,10 +575,13 @@ class ZeroGradWithoutSetToNone(Rule):
                     args=[cst.Arg(keyword=cst.Name("set_to_none"), value=cst.Name("True"), equal=_TIGHT_EQUAL)]
                 )
                 if self.grad_updated_in_place or self._maybe_not_torch_signature(candidate):
-                    self.report(call, message)
+                    self.report(call, message, evidence=evidence)
                 else:
                     self.report(
-                        call, message, self.ctx.fix(UNSAFE, "Pass `set_to_none=True`", self.ctx.replace(call, new_call))
+                        call,
+                        message,
+                        self.ctx.fix(UNSAFE, "Pass `set_to_none=True`", self.ctx.replace(call, new_call)),
+                        evidence=evidence,
                     )
 
     def _maybe_not_torch_signature(self, candidate: _Candidate) -> bool:

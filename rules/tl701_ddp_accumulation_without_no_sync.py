@@ -330,14 +330,17 @@ class DdpAccumulationWithoutNoSync(Rule):
     def _accumulation(self, site: Site, loop: LoopInfo, steps_by_loop: dict) -> Optional[str]:
         here = steps_by_loop.get(id(loop), [])
         if here:
-            if site.under_periodic_guard(within=loop):
+            if site.under_periodic_guard(within=loop, accumulation_is_periodic=True):
                 return None
-            if all(step.under_periodic_guard(within=loop) for step in here):
+            if all(step.under_periodic_guard(within=loop, accumulation_is_periodic=True) for step in here):
                 return f"iteration of {loop.line_hint}"
             return None
         parent = loop.parent
         if parent is not None and steps_by_loop.get(id(parent)):
-            if any(not step.under_periodic_guard(within=parent) for step in steps_by_loop[id(parent)]):
+            if any(
+                not step.under_periodic_guard(within=parent, accumulation_is_periodic=True)
+                for step in steps_by_loop[id(parent)]
+            ):
                 return f"micro-batch of {loop.line_hint}"
         return None
 

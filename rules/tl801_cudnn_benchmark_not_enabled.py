@@ -7,12 +7,12 @@ import libcst as cst
 
 from torchlint.model import (
     TrainerRun,
-    conv_dims,
     framework_run_evidence,
     framework_training_run,
     outermost_loop_in_function,
     torch_alias,
     training_entry_loop,
+    training_loop_evidence,
 )
 from torchlint.rule import UNSAFE, Evidence, Invalid, Rule, Valid
 
@@ -408,10 +408,13 @@ class CudnnBenchmarkNotEnabled(Rule):
     def __init__(self, ctx, options) -> None:
         super().__init__(ctx, options)
         self.convolution: Optional[cst.Call] = None  # the first convolution the module builds or runs
+        self.defined_at: Optional[str] = None  # where its class is, when another file defines it
 
     def visit_Call(self, node: cst.Call) -> None:
-        if self.convolution is None and conv_dims(self.ctx.qualified_name(node.func), node) is not None:
-            self.convolution = node
+        if self.convolution is None:
+            built = self.ctx.convolution_built(node)
+            if built is not None:
+                self.convolution, self.defined_at = node, built[1]
 
     def finish(self) -> None:
         if self.convolution is None or _DECIDED.search(self.ctx.source):
@@ -438,14 +441,15 @@ class CudnnBenchmarkNotEnabled(Rule):
             fix,
             evidence=[
                 self._convolutional(),
-                Evidence(f"it trains in {loop.line_hint}", node=loop.node),
+                training_loop_evidence(self.ctx, loop),
             ],
         )
 
     def _convolutional(self) -> Evidence:
         assert self.convolution is not None
+        where = f" (its class at {self.defined_at} builds convolutions)" if self.defined_at else ""
         return Evidence(
-            f"the network is convolutional: `{self.ctx.code_line(self.convolution)}`", node=self.convolution
+            f"the network is convolutional: `{self.ctx.code_line(self.convolution)}`{where}", node=self.convolution
         )
 
     def _report_framework(self, run: TrainerRun) -> None:

@@ -3,7 +3,7 @@ from __future__ import annotations
 import re
 from typing import Optional, Tuple
 
-from torchlint.model import outermost_loop_in_function, torch_alias, training_entry_loop
+from torchlint.model import outermost_loop_in_function, torch_alias, training_entry_loop, training_loop_evidence
 from torchlint.rule import UNSAFE, Evidence, Invalid, Rule, Valid
 
 # The script already decides about TF32 (either way).
@@ -374,6 +374,6 @@ class Tf32NotEnabled(Rule):
                 Evidence(
                     f"a model whose time goes into matmuls: `{_line_of(source, matmuls)}`", row=row, column=column
                 ),
-                Evidence(f"it trains in {loop.line_hint}", node=loop.node),
+                training_loop_evidence(self.ctx, loop),
             ],
         )

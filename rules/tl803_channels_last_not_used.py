@@ -8,13 +8,13 @@ from torchlint.model import (
     FRAMEWORK_AMP_WRAPPERS,
     MIXED_PRECISION_VALUES,
     TrainerRun,
-    conv_dims,
     dotted_name,
     framework_run_evidence,
     framework_training_run,
     last_name,
     outermost_loop_in_function,
     training_entry_loop,
+    training_loop_evidence,
 )
 from torchlint.rule import Evidence, Invalid, Rule, Valid
 
@@ -358,9 +358,9 @@ class ChannelsLastNotUsed(Rule):
         if amp is not None:
             self.amp = self.amp or amp
             return
-        dims = conv_dims(qualified, node)
-        if dims is not None and dims >= 2:
-            self.conv_dims = max(self.conv_dims, dims)
+        built = self.ctx.convolution_built(node)
+        if built is not None and built[0] >= 2:
+            self.conv_dims = max(self.conv_dims, built[0])
             self.convolution = self.convolution or node
 
     def finish(self) -> None:
@@ -379,7 +379,7 @@ class ChannelsLastNotUsed(Rule):
             f"a convolutional network trains under mixed precision in the default NCHW layout; convert the model "
             f"and the input batches with `.to(memory_format=torch.{fmt})` "
             "to use tensor-core convolutions without transposes",
-            evidence=[*self._network(), Evidence(f"it trains in {loop.line_hint}", node=loop.node)],
+            evidence=[*self._network(), training_loop_evidence(self.ctx, loop)],
         )
 
     def _network(self) -> List[Evidence]:

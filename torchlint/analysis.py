@@ -16,7 +16,14 @@ import libcst as cst
 from torchlint.facts import FunctionInfo, LoopInfo, TrainerRun
 from torchlint.names import dotted_name, last_name
 from torchlint.tree import iter_subtree
-from torchlint.vocabulary import CUDA_AVAILABILITY, INDEX_NAME, NO_GRAD_CONTEXTS, PERIODIC_NAME, SET_GRAD_ENABLED
+from torchlint.vocabulary import (
+    CUDA_AVAILABILITY,
+    INDEX_NAME,
+    NO_GRAD_CONTEXTS,
+    PERIODIC_NAME,
+    SET_GRAD_ENABLED,
+    steps_optimizer,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from torchlint.model import FileModel
@@ -70,6 +77,51 @@ def is_periodic_test(test: cst.BaseExpression) -> bool:
         if isinstance(sub, cst.Comparison) and _is_once_per_loop(sub):
             return True
     return False
+
+
+def _accumulation_boundary(body: cst.BaseSuite) -> bool:
+    """Does the block step an optimizer (``optimizer.step()``, ``scaler.step(opt)``)
+    whose backward passes run outside it, on every micro-batch? Then the guard
+    marks the end of a gradient-accumulation cycle. A block that runs its own
+    backward too (``if i % n_critic == 0:`` training a GAN's generator) is a
+    training step taken every N batches: periodic."""
+    methods = [
+        sub.func for sub in iter_subtree(body) if isinstance(sub, cst.Call) and isinstance(sub.func, cst.Attribute)
+    ]
+    return any(m.attr.value == "step" and steps_optimizer(m.value) for m in methods) and not any(
+        m.attr.value == "backward" for m in methods
+    )
+
+
+def _lazy_initialization(branch: cst.If) -> bool:
+    """``if not hasattr(self, "queue"):`` or ``if self.queue is None:`` whose
+    body assigns that attribute: it runs on the first call only."""
+    test = branch.test
+    attribute: Optional[str] = None
+    if (
+        isinstance(test, cst.UnaryOperation)
+        and isinstance(test.operator, cst.Not)
+        and isinstance(test.expression, cst.Call)
+        and dotted_name(test.expression.func) == "hasattr"
+        and len(test.expression.args) == 2
+    ):
+        owner, name = (arg.value for arg in test.expression.args)
+        if isinstance(name, cst.SimpleString) and isinstance(name.evaluated_value, str):
+            attribute = f"{dotted_name(owner)}.{name.evaluated_value}"
+    elif (
+        isinstance(test, cst.Comparison)
+        and len(test.comparisons) == 1
+        and isinstance(test.comparisons[0].operator, cst.Is)
+        and isinstance(test.comparisons[0].comparator, cst.Name)
+        and test.comparisons[0].comparator.value == "None"
+    ):
+        attribute = dotted_name(test.left)
+    if attribute is None or "." not in attribute:
+        return False
+    return any(
+        isinstance(node, (cst.AssignTarget, cst.AnnAssign)) and dotted_name(node.target) == attribute
+        for node in iter_subtree(branch.body)
+    )
 
 
 def _is_once_per_loop(comparison: cst.Comparison) -> bool:
@@ -251,6 +303,23 @@ class Site:
                 return ForeignLoop(hint), function
         return None, None
 
+    def forward_context(self) -> Tuple[Optional[FunctionInfo], Optional[FunctionInfo]]:
+        """(the module's ``forward()``, the helper it calls or None) when the
+        node runs on every forward pass: in ``forward()`` itself or in a
+        method or module function it calls (``ModuleFacts.functions_run_per_forward``),
+        and not under a periodic guard or on an exception path there.
+        (None, None) otherwise."""
+        if self.in_exception_path() or self.under_periodic_guard():
+            return None, None
+        reached = self.ctx.facts.functions_run_per_forward()
+        function = self.function
+        while function is not None:
+            forward = reached.get(id(function))
+            if forward is not None:
+                return forward, (function if function is not forward else None)
+            function = function.parent
+        return None, None
+
     def runs_every_step(self, within: Optional[LoopInfo] = None) -> bool:
         """Does the node run on every iteration of ``within``'s loop (every
         call of its function when None): not on an exception path, not under
@@ -293,15 +362,29 @@ class Site:
                 return False
         return False
 
-    def under_periodic_guard(self, within: Optional[Union[LoopInfo, ForeignLoop]] = None) -> bool:
+    def under_periodic_guard(
+        self, within: Optional[Union[LoopInfo, ForeignLoop]] = None, accumulation_is_periodic: bool = False
+    ) -> bool:
         """Inside ``if step % N == 0:`` (or an early ``continue`` on one), between
-        the node and ``within``'s loop (the function body when None)."""
+        the node and ``within``'s loop (the function body when None).
+
+        A gradient-accumulation guard, one whose body steps the optimizer
+        (``if (i + 1) % accum == 0: optimizer.step()``), runs once per training
+        step: what it holds is per step, not periodic, unless the caller asks
+        about micro-batches (``accumulation_is_periodic``, TL701)."""
         stop = within.node if within is not None else None
         for ancestor, child in self.ancestors():
             if ancestor is stop or isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
                 return False
-            if isinstance(ancestor, cst.If) and child is ancestor.body and is_periodic_test(ancestor.test):
+            if (
+                isinstance(ancestor, cst.If)
+                and child is ancestor.body
+                and is_periodic_test(ancestor.test)
+                and (accumulation_is_periodic or not _accumulation_boundary(ancestor.body))
+            ):
                 return True
+            if isinstance(ancestor, cst.If) and child is ancestor.body and _lazy_initialization(ancestor):
+                return True  # runs once: the first call builds what later calls reuse
             if isinstance(ancestor, cst.IfExp) and child is ancestor.body and is_periodic_test(ancestor.test):
                 return True
             if isinstance(ancestor, cst.IndentedBlock) and _skipped_unless_periodic(self.ctx, ancestor, child):
@@ -398,8 +481,14 @@ def is_main_guard(statement: cst.CSTNode) -> bool:
 
 
 def loop_trains(ctx: "FileModel", loop: LoopInfo) -> bool:
-    """The loop itself calls backward()/an optimizer step, or a module function that does."""
-    return loop.trains or any(ctx.facts.function_trains(c) for c in loop.calls)
+    """The loop itself calls backward()/an optimizer step, or a function that
+    does: of the module, or of another file of the project (``for epoch in
+    …: train_one_epoch(…)`` with ``train_one_epoch`` from ``engine.py``)."""
+    return (
+        loop.trains
+        or any(ctx.facts.function_trains(c) for c in loop.calls)
+        or ctx.facts.trains_elsewhere(loop.imported_calls) is not None
+    )
 
 
 def training_entry_loop(ctx: "FileModel") -> Optional[LoopInfo]:

@@ -41,6 +41,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from torchlint.model import FileModel
 
 
+# Imported names that are never a project's own functions.
+_LIBRARIES = ("torch.", "numpy.", "math.", "os.", "sys.", "time.", "random.", "json.", "logging.", "functools.")
+
+
 class Collector:
     """Records the facts of one file while the walker goes through it."""
 
@@ -89,6 +93,17 @@ class Collector:
 
     def enter_import(self, node: cst.CSTNode) -> None:
         self.names.add(node)  # type: ignore[arg-type]
+
+    def enter_class(self, node: cst.ClassDef) -> None:
+        """The class's bases, by qualified name where the imports say it
+        (``pl.LightningModule`` -> ``pytorch_lightning.LightningModule``)."""
+        bases = []
+        for base in node.bases:
+            if base.keyword is None and not base.star:
+                name = self.names.qualified_name(base.value) or dotted_name(base.value)
+                if name is not None:
+                    bases.append(name)
+        self.facts.class_bases.setdefault(node.name.value, []).extend(bases)
 
     def enter_function(self, node: cst.FunctionDef) -> FunctionInfo:
         info = FunctionInfo(
@@ -153,6 +168,13 @@ class Collector:
         func = node.func
         callee = None
         method = False
+        if self.loop is not None or self.function is not None:
+            imported = self.names.imported_name(func)
+            if imported is not None and "." in imported.lstrip(".") and not imported.startswith(_LIBRARIES):
+                # ``train_one_epoch(...)`` from ``engine``: a function another file may define
+                for scope in (self.loop, self.function):
+                    if scope is not None:
+                        scope.imported_calls.add(imported)
         if isinstance(func, cst.Name):
             callee = func.value
         elif isinstance(func, cst.Attribute):

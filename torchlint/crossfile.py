@@ -22,6 +22,7 @@ and the flake8 plugin all index the same tree, so they report the same.
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 from dataclasses import dataclass, replace
@@ -29,12 +30,13 @@ from typing import Callable, Dict, List, Optional, Set, Tuple, Union
 
 import libcst as cst
 
+from torchlint.analysis import conv_dims
 from torchlint.collector import Collector
 from torchlint.facts import FunctionInfo, LoaderInfo, does_per_item_work, uses_default_collate
 from torchlint.model import FileModel
 from torchlint.names import dotted_name
-from torchlint.project import Project, Projects
-from torchlint.tree import child_nodes
+from torchlint.project import REMOVED_MODULES, Project, Projects, Version, api_ceiling
+from torchlint.tree import child_nodes, iter_subtree
 from torchlint.walker import Walker
 
 
@@ -262,6 +264,127 @@ class ProjectAnalysis:
             if found is not None:
                 memo[key] = found
                 return found
+        return None
+
+    # -- the newest torch a file can run on, shown by what it imports
+    def import_ceiling(self, path: str, text: str) -> Optional[Tuple[Version, str]]:
+        """The newest torch the file can run on when it, or a module of the
+        project it imports at its top level, imports unguarded a module torch
+        removed (``from torch._six import inf`` in ``utils.py``, which
+        ``engine.py`` imports): ((1, x), "torch._six (removed in torch 2.0) in utils.py")."""
+        own = api_ceiling(text)
+        if own is not None:
+            return own
+        texts = self._consult().texts()
+        users = self.project.memo("removed-module users")
+        if "paths" not in users:
+            users["paths"] = {p for p, t in texts.items() if any(entry[0] in t for entry in REMOVED_MODULES)}
+        if not users["paths"]:
+            return None
+        try:
+            tree = ast.parse(text)
+        except (SyntaxError, ValueError, RecursionError):
+            return None
+        importer = os.path.abspath(path)
+        for statement in tree.body:
+            if isinstance(statement, ast.ImportFrom) and statement.module:
+                names = ["." * statement.level + statement.module]
+            elif isinstance(statement, ast.Import):
+                names = [alias.name for alias in statement.names]
+            else:
+                continue
+            for name in names:
+                target = resolve_module(importer, name, set(texts))
+                if target is None or target not in users["paths"]:
+                    continue
+                found = api_ceiling(texts[target])
+                if found is not None:
+                    return found[0], f"{found[1]} in {os.path.relpath(target, self.project.root)}"
+        return None
+
+    # -- a function of another file: does it train?
+    def imported_function_trains(self, path: str, imported: str) -> Optional[str]:
+        """Where the function ``imported`` (``engine.train_one_epoch``,
+        ``.engine.fit``, as the file at ``path`` imports it) trains: calls
+        ``backward()`` or steps an optimizer, itself or through its module's
+        functions ("engine.py:45"); None when it does not, or cannot be found
+        in the project. One level of files: what that file imports in turn
+        is not followed."""
+        module_name, _, function = imported.rpartition(".")
+        if not module_name or not function:
+            return None
+        importer = os.path.abspath(path)
+        texts = self._consult().texts()
+        target = resolve_module(importer, module_name, set(texts))
+        if target is None or target == importer or f"def {function}" not in texts.get(target, ""):
+            return None
+        memo = self.project.memo("trains")
+        key = (target, function)
+        if key not in memo:
+            memo[key] = None
+            summary = self.summary(target)
+            if summary is not None and summary.facts.trains_in_module(function):
+                offset = summary.source.find(f"def {function}(")
+                row = summary.source.count("\n", 0, offset) + 1 if offset >= 0 else 1
+                memo[key] = f"{os.path.relpath(target, self.project.root)}:{row}"
+        return memo[key]
+
+    # -- a model class of another file: is it convolutional?
+    def class_convolution(self, ctx: FileModel, func: cst.BaseExpression) -> Optional[Tuple[int, str]]:
+        """(spatial dims, "file:row" of the class) when ``func`` is a class
+        imported from another file of the project (through a package's
+        ``__init__`` re-export too) whose own code builds 2-D or 3-D
+        convolutions (``nn.Conv2d``, ``nn.ConvTranspose2d``, a torchvision
+        CNN); None otherwise."""
+        qualified = ctx.names.imported_name(func)
+        if not qualified or "." not in qualified.lstrip("."):
+            return None
+        module_name, _, class_name = qualified.rpartition(".")
+        if not class_name[:1].isupper():
+            return None
+        texts = self._consult().texts()
+        target = self._defining_file(os.path.abspath(ctx.path), module_name, class_name, texts)
+        if target is None:
+            return None
+        memo = self.project.memo("convolutions")
+        key = (target, class_name)
+        if key not in memo:
+            memo[key] = self._class_convolution(target, class_name)
+        return memo[key]
+
+    def _defining_file(self, importer: str, module_name: str, name: str, texts: Dict[str, str]) -> Optional[str]:
+        """The file that defines ``name`` imported from ``module_name``,
+        following a package ``__init__``'s ``from .x import name`` (twice at most)."""
+        for _ in range(3):
+            target = resolve_module(importer, module_name, set(texts))
+            if target is None or target == importer:
+                return None
+            text = texts.get(target, "")
+            if re.search(rf"^class {re.escape(name)}\b", text, re.MULTILINE):
+                return target
+            again = re.search(rf"^from\s+(\.*[\w.]*)\s+import\s+[^\n]*\b{re.escape(name)}\b", text, re.MULTILINE)
+            if again is None:
+                return None
+            importer, module_name = target, again.group(1)
+        return None
+
+    def _class_convolution(self, path: str, class_name: str) -> Optional[Tuple[int, str]]:
+        summary = self.summary(path)
+        if summary is None:
+            return None
+        for statement in summary.module.body:
+            if isinstance(statement, cst.ClassDef) and statement.name.value == class_name:
+                dims = [
+                    conv_dims(summary.names.qualified_name(sub.func), sub)
+                    for sub in iter_subtree(statement)
+                    if isinstance(sub, cst.Call)
+                ]
+                found = max((d for d in dims if d is not None and d >= 2), default=None)
+                if found is None:
+                    return None
+                offset = summary.source.find(f"class {class_name}")
+                row = summary.source.count("\n", 0, offset) + 1 if offset >= 0 else 1
+                return found, f"{os.path.relpath(path, self.project.root)}:{row}"
         return None
 
     # -- a dataset class of another file: does fetching one item do real work?

@@ -17,7 +17,14 @@ import libcst as cst
 
 from torchlint.names import ImportTable, dotted_name, last_name
 from torchlint.tree import iter_subtree
-from torchlint.vocabulary import BATCH_PULL_METHODS, DATA_SOURCE_NAME, ITERATES_ARGUMENT, NOT_BATCHES, PER_ITEM_WORK
+from torchlint.vocabulary import (
+    BATCH_PULL_METHODS,
+    DATA_SOURCE_NAME,
+    ITERATES_ARGUMENT,
+    NOT_BATCHES,
+    PER_ITEM_WORK,
+    framework_of_base,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from torchlint.crossfile import ProjectAnalysis
@@ -30,6 +37,8 @@ class FunctionInfo:
     class_name: Optional[str]
     parent: Optional["FunctionInfo"]
     calls: Set[str] = field(default_factory=set)
+    # functions imported from other modules that it calls, by imported name (``engine.train_one_epoch``)
+    imported_calls: Set[str] = field(default_factory=set)
     trains: bool = False  # calls backward() or an optimizer/scaler step itself
     uses_no_grad: bool = False  # a no_grad()/inference_mode() anywhere inside
     has_inner_def: bool = False
@@ -65,6 +74,8 @@ class LoopInfo:
     trains: bool = False
     pulls_batches: bool = False  # next(<data source>) or <data source>.next_batch() in the body
     calls: Set[str] = field(default_factory=set)
+    # functions imported from other modules that the body calls, by imported name
+    imported_calls: Set[str] = field(default_factory=set)
     # callee name -> the sites (``torchlint.analysis.Site``) of its calls in the body
     call_sites: Dict[str, list] = field(default_factory=dict)
     # (the call that built the receiver, method name, Site, passes a tensor) for ``meter.update(x)`` in the body
@@ -119,6 +130,29 @@ class TrainingStep:
     @property
     def line_hint(self) -> str:
         return f"every training step (`{self.function.name}()` steps the optimizer once per call)"
+
+
+class FrameworkStep:
+    """Stands for the loop that makes code hot when a training framework
+    calls the method once per batch (a ``LightningModule``'s
+    ``training_step``, a basicsr model's ``feed_data``): the loop is the
+    framework's, not in this code."""
+
+    __slots__ = ("function", "framework", "base")
+    node = None
+    parent = None
+
+    def __init__(self, function: FunctionInfo, framework: str, base: str) -> None:
+        self.function = function
+        self.framework = framework
+        self.base = base
+
+    @property
+    def line_hint(self) -> str:
+        return (
+            f"`{self.function.name}()`, which {self.framework} calls once per batch "
+            f"(`{self.function.class_name}` derives from `{self.base}`)"
+        )
 
 
 @dataclass(eq=False)
@@ -205,9 +239,12 @@ class ModuleFacts:
         self.cuda_asserted_scopes: Set[Optional[cst.CSTNode]] = set()
         # Module functions used as decorators that wrap their target in no_grad.
         self.no_grad_decorators: Set[str] = set()
+        # class name -> its bases' qualified (or dotted) names
+        self.class_bases: Dict[str, List[str]] = {}
         self._trains_cache: Dict[str, bool] = {}
         self._step_cache: Dict[str, bool] = {}
         self._per_batch: Optional[Dict[int, tuple]] = None
+        self._per_forward: Optional[Dict[int, FunctionInfo]] = None
         # dict values by (id(function node) or 0, name): key -> every value it is given
         self.dicts: Dict[tuple, Dict[str, List[cst.BaseExpression]]] = {}
         # batch data copied to the device (``x.to(device)`` of a batch, inside its loop)
@@ -223,8 +260,29 @@ class ModuleFacts:
 
     # -- queries ---------------------------------------------------------
     def function_trains(self, name: str) -> bool:
-        """Does a module function of this name train, directly or through calls?"""
-        return self._transitively(name, lambda info: info.trains, lambda info: info.calls, self._trains_cache)
+        """Does a module function of this name train, directly or through
+        calls (of this module's functions, or of another file's of the project)?"""
+        return self._transitively(
+            name,
+            lambda info: info.trains or self.trains_elsewhere(info.imported_calls) is not None,
+            lambda info: info.calls,
+            self._trains_cache,
+        )
+
+    def trains_in_module(self, name: str) -> bool:
+        """``function_trains`` within this module alone (what another file asks of it)."""
+        return self._transitively(name, lambda info: info.trains, lambda info: info.calls, {})
+
+    def trains_elsewhere(self, imported: Set[str]) -> Optional[str]:
+        """Where one of these functions of other files of the project trains
+        (``engine.py:45``), if one does; None without a project to ask."""
+        if self.analysis is None:
+            return None
+        for name in sorted(imported):
+            where = self.analysis.imported_function_trains(self.path, name)
+            if where is not None:
+                return where
+        return None
 
     def steps_per_call(self, name: str) -> bool:
         """Does one call of the module function ``name`` run one training step
@@ -280,6 +338,15 @@ class ModuleFacts:
                 called = {p for p in loop.function.called_params if p in loop.call_sites}
                 if called:
                     hot_params[loop.function.name] = (called, loop)
+        # A method a training framework calls once per batch, and its callees.
+        for infos in self.functions.values():
+            for info in infos:
+                driven = self.framework_step(info)
+                if driven is not None and id(info) not in reached:
+                    reached[id(info)] = (driven, info)
+                    for inner, site in info.call_sites:
+                        if site.loop is None and site.runs_every_step():
+                            frontier.append((inner, driven))
         # A function that takes one optimizer step per call runs once per
         # training step wherever it is called from, and so do its callees.
         for infos in self.functions.values():
@@ -316,6 +383,56 @@ class ModuleFacts:
                                 frontier.append((value.value, hot_loop))
         self._per_batch = reached
         return reached
+
+    def functions_run_per_forward(self) -> Dict[int, FunctionInfo]:
+        """Functions that run on every forward pass of a module: a
+        ``forward()`` method, and the methods of its class and module
+        functions it calls (transitively) at sites that are neither under a
+        periodic guard nor on an exception path. Maps id(FunctionInfo) -> the
+        ``forward()`` that reaches it. Exact after the walk; computed once."""
+        if self._per_forward is not None:
+            return self._per_forward
+        reached: Dict[int, FunctionInfo] = {}
+        frontier: List[tuple] = []
+        for info in self.functions.get("forward", ()):
+            if info.class_name is not None and info.parent is None:
+                reached[id(info)] = info
+                frontier.extend((callee, site, info, info) for callee, site in info.call_sites)
+        while frontier:
+            callee, site, caller, forward = frontier.pop()
+            if not site.runs_every_step():
+                continue
+            for info in self.functions.get(callee, ()):
+                if id(info) in reached or info.parent is not None:
+                    continue
+                if info.class_name is not None and info.class_name != caller.class_name:
+                    continue  # a method of another class that happens to share the name
+                reached[id(info)] = forward
+                frontier.extend((inner, inner_site, info, forward) for inner, inner_site in info.call_sites)
+        self._per_forward = reached
+        return reached
+
+    def framework_step(self, info: FunctionInfo) -> Optional[FrameworkStep]:
+        """The framework that calls this method once per batch, when its class
+        derives (directly, or through classes of this module) from a base the
+        framework drives and the method is one of its per-batch hooks."""
+        if info.class_name is None or info.parent is not None:
+            return None
+        seen: Set[str] = set()
+        classes = [info.class_name]
+        while classes:
+            name = classes.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            for base in self.class_bases.get(name, ()):
+                known = framework_of_base(base)
+                if known is not None:
+                    framework, methods = known
+                    return FrameworkStep(info, framework, base) if info.name in methods else None
+                if base in self.class_bases:
+                    classes.append(base)
+        return None
 
     def _entry_point(self, info: FunctionInfo) -> bool:
         """``main()`` or a function the module calls at its top level: one call,

@@ -27,7 +27,14 @@ from torchlint.crossfile import ProjectAnalysis
 from torchlint.incremental import ChunkedParser
 from torchlint.model import FileModel
 from torchlint.positions import PlacementMemo, positions_of
-from torchlint.project import ProjectFacts, Projects, TorchRange, for_file, is_test_module, with_target
+from torchlint.project import (
+    ProjectFacts,
+    Projects,
+    TorchRange,
+    for_file,
+    is_test_module,
+    with_target,
+)
 from torchlint.registry import SyntaxErrorRule
 from torchlint.rule import (
     CHECK_TESTS,

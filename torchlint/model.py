@@ -58,12 +58,13 @@ from torchlint.facts import (
     uses_default_collate,
 )
 from torchlint.names import ImportTable, dotted_name, last_name
-from torchlint.project import ProjectFacts, TorchRange, requires_cuda
+from torchlint.project import ProjectFacts, TorchRange, lower_ceiling, requires_cuda
 from torchlint.rule import Edit, Evidence, Fix
 from torchlint.tensors import (
     SYNCHRONIZE_CALLS,
     already_on_host,
     device_move,
+    device_placement,
     is_module_base,
     launches_device_work,
     lives_on_host,
@@ -80,6 +81,7 @@ from torchlint.vocabulary import (
     MIXED_PRECISION_VALUES,
     NAMES_A_DEVICE_OR_TRAINS,
     NO_GRAD_CONTEXTS,
+    PER_ITEM_WORK,
     SCALER_NAME,
     SET_GRAD_ENABLED,
     UNKNOWN_PART,
@@ -95,10 +97,12 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "framework_run_evidence",
+    "training_loop_evidence",
     "per_batch_evidence",
     "FRAMEWORK_AMP_WRAPPERS",
     "FRAMEWORK_LOADER_KEYWORDS",
     "MIXED_PRECISION_VALUES",
+    "PER_ITEM_WORK",
     "TrainerRun",
     "framework_training_run",
     "FileModel",
@@ -117,6 +121,7 @@ __all__ = [
     "child_nodes",
     "conv_dims",
     "device_move",
+    "device_placement",
     "does_per_item_work",
     "dotted_name",
     "enabled",
@@ -166,12 +171,21 @@ def framework_run_evidence(ctx: "FileModel", run: TrainerRun) -> Evidence:
     )
 
 
+def training_loop_evidence(ctx: "FileModel", loop: LoopInfo) -> Evidence:
+    """The evidence that a script trains in ``loop``: the loop, and where the
+    training happens when a function of another file does it
+    (``train_one_epoch()`` of engine.py)."""
+    elsewhere = None if loop.trains else ctx.facts.trains_elsewhere(loop.imported_calls)
+    through = f", through the training function at {elsewhere}" if elsewhere else ""
+    return Evidence(f"it trains in {loop.line_hint}{through}", node=loop.node)
+
+
 def per_batch_evidence(loop, helper: Optional[FunctionInfo]) -> Evidence:
     """The evidence that a node runs once per batch: the loop, or the helper's
     call from it (``Site.batch_context()`` gives both)."""
     text = (
         f"runs once per batch: {loop.line_hint}"
-        if helper is None
+        if helper is None or getattr(loop, "function", None) is helper  # the step function itself
         else f"`{helper.name}()` runs once per batch: {loop.line_hint}"
     )
     return Evidence(text, node=per_batch_anchor(loop, helper))
@@ -199,8 +213,9 @@ class FileModel:
         self.module = module
         # The torch versions the code supports (torchlint.project); target_torch is its lower bound.
         self.project = project or ProjectFacts()
-        self.torch_range = torch_range or TorchRange(target_torch, None)
-        self.target_torch = self.torch_range.lower
+        self._declared_range = torch_range or TorchRange(target_torch, None)
+        self._torch_range: Optional[TorchRange] = None
+        self.target_torch = self._declared_range.lower
         # the cross-file questions about the file's project (None: the file alone)
         self.analysis = analysis
         self.names = ImportTable()
@@ -312,9 +327,26 @@ class FileModel:
                         return loop
         return None
 
+    @property
+    def torch_range(self) -> TorchRange:
+        """The torch versions the code supports: the project's (and the file's
+        API use), bounded from above by what the file's imports show (a module
+        of the project that imports ``torch._six``). Asked on demand: only
+        then does the result depend on the project's other files."""
+        if self._torch_range is None:
+            ceiling = self.analysis.import_ceiling(self.path, self.source) if self.analysis is not None else None
+            self._torch_range = lower_ceiling(self._declared_range, ceiling)
+        return self._torch_range
+
     def torch_below(self, major: int, minor: int = 0) -> bool:
-        """May the code run on a torch older than major.minor? False if unknown."""
-        return self.target_torch is not None and self.target_torch < (major, minor)
+        """May the code run on a torch older than major.minor? False if unknown.
+        Either bound shows it: the oldest supported, or the newest when even
+        that one is older (``from torch._six import inf``: torch 1.x only)."""
+        bound = (major, minor)
+        if self.target_torch is not None and self.target_torch < bound:
+            return True
+        upper = self.torch_range.upper
+        return upper is not None and upper < bound
 
     def torch_at_least(self, major: int, minor: int = 0) -> bool:
         """Does every torch the code supports have major.minor's APIs? False if unknown."""
@@ -427,6 +459,16 @@ class FileModel:
         """The file of the project that copies ``loader``'s batches to the
         device, when the loader is passed to a function imported from it."""
         return self.analysis.copied_elsewhere(self, loader) if self.analysis is not None else None
+
+    def convolution_built(self, call: cst.Call) -> Optional[Tuple[int, Optional[str]]]:
+        """(spatial dims, where) when ``call`` builds or runs a convolution:
+        a torch convolution or a torchvision/timm CNN (where: None, the call
+        itself), or a model class of another file of the project whose own
+        code builds convolutions (where: "models/vae.py:12")."""
+        dims = conv_dims(self.qualified_name(call.func), call)
+        if dims is not None:
+            return dims, None
+        return self.analysis.class_convolution(self, call.func) if self.analysis is not None else None
 
     def class_loads_per_item(self, func: cst.BaseExpression) -> bool:
         """Is ``func`` a dataset class imported from another file of the

@@ -198,6 +198,8 @@ class TorchRange:
             if self.upper and self.upper[1] != _NO_MINOR_LIMIT
             else (f"{self.upper[0]}.x" if self.upper else "")
         )
+        if self.lower is None and high:
+            return f"<={high}"
         return f">={low}" + (f",<={high}" if high else "")
 
 
@@ -538,6 +540,44 @@ def api_floor(text: str, tree: Optional[ast.Module] = None) -> Optional[Tuple[Ve
     used = {_dotted(node) for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
     found = [(version, name) for version, name in mentioned if name in used]
     return max(found) if found else None
+
+
+# Modules that torch removed: importing one unguarded (not under ``try``) shows
+# that the code runs only on the torch versions before the removal.
+REMOVED_MODULES = (("torch._six", (1, _NO_MINOR_LIMIT), "torch._six (removed in torch 2.0)"),)
+
+
+def api_ceiling(text: str, tree: Optional[ast.Module] = None) -> Optional[Tuple[Version, str]]:
+    """The newest torch a source text can run on, when it imports, at module
+    level and outside any ``try``, a module torch has removed
+    (``from torch._six import inf``), and what shows it."""
+    mentioned = [entry for entry in REMOVED_MODULES if entry[0] in text]
+    if not mentioned:
+        return None
+    if tree is None:
+        try:
+            tree = ast.parse(text)
+        except (SyntaxError, ValueError, RecursionError):
+            return None
+    imported = set()
+    for statement in tree.body:  # module level only: a ``try`` or a function is a guard
+        if isinstance(statement, ast.ImportFrom) and statement.module and statement.level == 0:
+            imported.add(statement.module)
+        elif isinstance(statement, ast.Import):
+            imported.update(alias.name for alias in statement.names)
+    found = [(ceiling, why) for module, ceiling, why in mentioned if module in imported]
+    return min(found) if found else None
+
+
+def lower_ceiling(torch: TorchRange, ceiling: Optional[Tuple[Version, str]]) -> TorchRange:
+    """Bound the range from above by what the code shows, when nothing else
+    does (no manifest's upper bound, no explicit ``target-torch``), and the
+    declared oldest torch does not contradict it."""
+    if ceiling is None or torch.upper is not None or EXPLICIT in torch.sources:
+        return torch
+    if torch.lower is not None and torch.lower > ceiling[0]:
+        return torch
+    return TorchRange(torch.lower, ceiling[0], torch.sources + (ceiling[1],))
 
 
 def _dotted(node: ast.AST) -> str:

@@ -10,7 +10,7 @@ already seen in the current scope, so ask it at visit time.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Optional, Set
+from typing import TYPE_CHECKING, Callable, Optional, Set
 
 import libcst as cst
 
@@ -305,6 +305,54 @@ def device_move(ctx: "FileModel", call: cst.Call) -> Optional[str]:
     if device_arg is None:
         return None
     return device_kind(ctx, device_arg)
+
+
+# Tensor methods whose result lives where their receiver does (views, casts, math).
+_SAME_DEVICE_METHODS = (_TENSOR_METHODS - {"to", "cuda"}) | frozenset(
+    "clone new_zeros new_ones new_empty new_full index_select gather expand repeat narrow select t".split()
+)
+
+
+def device_placement(
+    ctx: "FileModel",
+    expr: cst.BaseExpression,
+    value_of: Optional[Callable[[str], Optional[cst.BaseExpression]]] = None,
+    _depth: int = 0,
+) -> Optional[cst.CSTNode]:
+    """The call that evidently put ``expr`` on an accelerator: a
+    ``.cuda()``/``.to(device)``/``.type(torch.cuda.FloatTensor)`` move, or a
+    factory given an accelerator ``device=``, followed through the names
+    assigned in this scope (``self.queue = torch.zeros(n).cuda()``), views,
+    casts and math. Names are looked up with ``value_of`` (a ``Site``'s, to
+    see the old value inside ``x = x[idx]``), by default the walk's current
+    view. None when nothing shows it."""
+    if _depth > 6:
+        return None
+    lookup = value_of if value_of is not None else ctx.value_of
+    if isinstance(expr, cst.Subscript):
+        return device_placement(ctx, expr.value, value_of, _depth + 1)
+    if isinstance(expr, (cst.Name, cst.Attribute)):
+        name = dotted_name(expr)
+        value = lookup(name) if name is not None else None
+        if value is None or value is UNKNOWN_PART:
+            return None
+        return device_placement(ctx, value, value_of, _depth + 1)
+    if not isinstance(expr, cst.Call):
+        return None
+    qname = ctx.names.qualified_name(expr.func)
+    if qname is not None and qname.startswith("torch."):
+        device = next((a.value for a in expr.args if a.keyword is not None and a.keyword.value == "device"), None)
+        return expr if device is not None and device_kind(ctx, device) == "device" else None
+    if not isinstance(expr.func, cst.Attribute):
+        return None
+    method = expr.func.attr.value
+    if method in ("to", "cuda", "type"):
+        return expr if device_move(ctx, expr) == "device" else None
+    if method == "type_as" and expr.args:
+        return device_placement(ctx, expr.args[0].value, value_of, _depth + 1)
+    if method in _SAME_DEVICE_METHODS:
+        return device_placement(ctx, expr.func.value, value_of, _depth + 1)
+    return None
 
 
 def _tensor_type_move(ctx: "FileModel", call: cst.Call) -> Optional[str]:

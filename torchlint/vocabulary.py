@@ -11,7 +11,7 @@ that asks it.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Optional, Tuple
 
 import libcst as cst
 
@@ -192,6 +192,39 @@ FRAMEWORK_TRAINERS = {
     "lightning.pytorch.Trainer": ("lightning", "fit"),
     "pytorch_lightning.Trainer": ("lightning", "fit"),
 }
+# Methods a training framework calls once per batch, for classes that derive
+# from the framework's base: (framework, qualified-name prefixes of the base,
+# the base's own name or None for any class under the prefix, the methods).
+# ``training_step`` of a ``LightningModule`` runs for every batch the Trainer
+# feeds; basicsr's trainer calls a model's ``feed_data`` and
+# ``optimize_parameters`` on every iteration; mmengine calls a hook's
+# ``*_iter`` methods around every iteration.
+FRAMEWORK_STEP_METHODS = (
+    (
+        "Lightning",
+        ("lightning.", "pytorch_lightning."),
+        "LightningModule",
+        frozenset({"training_step", "validation_step", "test_step", "predict_step"}),
+    ),
+    ("basicsr", ("basicsr.models.",), None, frozenset({"feed_data", "optimize_parameters"})),
+    (
+        "mmengine",
+        ("mmengine.hooks.", "mmengine.Hook"),
+        "Hook",
+        frozenset({"before_train_iter", "after_train_iter", "before_val_iter", "after_val_iter", "after_test_iter"}),
+    ),
+)
+
+
+def framework_of_base(qualified: str) -> Optional[Tuple[str, frozenset]]:
+    """(framework, its per-batch methods) when a class deriving from
+    ``qualified`` is one a training framework drives, else None."""
+    for framework, prefixes, base, methods in FRAMEWORK_STEP_METHODS:
+        if qualified.startswith(prefixes) and (base is None or qualified.rsplit(".", 1)[-1] == base):
+            return framework, methods
+    return None
+
+
 # Keywords of a framework trainer that take a loader configuration it builds a DataLoader from.
 FRAMEWORK_LOADER_KEYWORDS = {"mmengine": ("train_dataloader",)}
 # Optimizer wrappers and precision settings that turn on mixed precision in a framework.

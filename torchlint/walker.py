@@ -176,6 +176,7 @@ class Walker:
     def _class(self, node: cst.ClassDef) -> None:
         ctx = self.ctx
         self._children(node, ("decorators", "bases", "keywords"))
+        self.collector.enter_class(node)
         ctx.class_names.append(node.name.value)
         saved = ctx.function, ctx.loop
         ctx.function, ctx.loop = None, None

@@ -265,3 +265,17 @@ def test_an_api_named_in_a_string_or_comment_does_not_count():
     assert project.api_floor('import torch\n"""Call torch.compile(model) first."""\n# torch.accelerator too\n') is None
     assert project.api_floor("import torch\nfast = torch.compile(model)\n") == ((2, 0), "torch.compile")
     assert project.api_floor("import torch\ntorch.accelerator.current_accelerator()\n") == ((2, 6), "torch.accelerator")
+
+
+def test_guarded_removed_module_is_no_ceiling():
+    source = "try:\n    from torch._six import inf\nexcept ImportError:\n    from math import inf\n"
+    assert project.api_ceiling(source) is None
+    assert project.api_ceiling("from torch._six import inf\n") == ((1, project._NO_MINOR_LIMIT), project.REMOVED_MODULES[0][2])
+
+
+def test_a_ceiling_never_contradicts_a_declared_floor():
+    declared = project.TorchRange((2, 1), None, ("requirements.txt",))
+    assert project.lower_ceiling(declared, ((1, project._NO_MINOR_LIMIT), "torch._six")) == declared
+    open_range = project.TorchRange()
+    bounded = project.lower_ceiling(open_range, ((1, project._NO_MINOR_LIMIT), "torch._six in utils.py"))
+    assert bounded.upper == (1, project._NO_MINOR_LIMIT) and bounded.describe() == "<=1.x"
