@@ -500,16 +500,12 @@ class DataloaderSingleProcess(Rule):
             return any(self._loads_per_item(value, depth + 1) for value in self.assigned.get(node.value, ()))
         if isinstance(node, (cst.List, cst.Tuple)):
             return any(self._loads_per_item(element.value, depth + 1) for element in node.elements)
-        if isinstance(node, cst.Subscript):  # ``dataset_dict["train"]``: a split keeps its transform
-            return self._loads_per_item(node.value, depth + 1)
+        if isinstance(node, cst.Subscript):  # ``dataset_dict["train"]``: a split keeps its on-access transform
+            return self._transformed_on_access(node.value, depth + 1)
         if not isinstance(node, cst.Call):
             return False
-        if isinstance(node.func, cst.Attribute):
-            method = node.func.attr.value
-            if method in _ON_ACCESS_TRANSFORMS and node.args:
-                return self._does_per_item_work(node.args[0].value)
-            if method in _KEEP_TRANSFORM:
-                return self._loads_per_item(node.func.value, depth + 1)
+        if self._transformed_on_access(node, depth):
+            return True
         qname = self.ctx.qualified_name(node.func) or dotted_name(node.func) or ""
         if qname.startswith("torchvision.datasets."):
             return True
@@ -524,6 +520,22 @@ class DataloaderSingleProcess(Rule):
         if name in _WRAPPERS and node.args:
             return self._loads_per_item(node.args[0].value, depth + 1)
         return False
+
+    def _transformed_on_access(self, node: cst.BaseExpression, depth: int) -> bool:
+        """A Hugging Face dataset (or split) whose ``with_transform``/``set_transform``
+        function decodes, reads or transforms every item it hands out."""
+        if depth > 4:
+            return False
+        if isinstance(node, cst.Name):
+            return any(self._transformed_on_access(v, depth + 1) for v in self.assigned.get(node.value, ()))
+        if isinstance(node, cst.Subscript):
+            return self._transformed_on_access(node.value, depth + 1)
+        if not isinstance(node, cst.Call) or not isinstance(node.func, cst.Attribute):
+            return False
+        method = node.func.attr.value
+        if method in _ON_ACCESS_TRANSFORMS and node.args:
+            return self._does_per_item_work(node.args[0].value)
+        return method in _KEEP_TRANSFORM and self._transformed_on_access(node.func.value, depth + 1)
 
     def _does_per_item_work(self, function: cst.BaseExpression) -> bool:
         """Does a transform function (a function of this module, or a lambda)

@@ -4,7 +4,7 @@ from typing import Dict, List, Optional, Tuple
 
 import libcst as cst
 
-from torchlint.model import Site, device_move, device_placement, keyword, per_batch_evidence
+from torchlint.model import Site, child_nodes, device_move, device_placement, iter_subtree, keyword, per_batch_evidence
 from torchlint.rule import SAFE, UNSAFE, Evidence, Fix, Invalid, Rule, Valid
 
 # Factories that take ``device=`` and return the same values wherever they run.
@@ -19,6 +19,9 @@ _COMPUTED = frozenset("torch." + name for name in "arange range".split())
 _FLOATING = frozenset("torch." + name for name in "linspace logspace".split())  # always floating-point
 # Random factories: the device's generator draws different numbers than the CPU's.
 _RANDOM = frozenset("torch." + name for name in "rand randn randint randperm".split())
+# Tensor methods and torch functions that compute on their input's device.
+_HOST_METHODS = frozenset("float double half long int exp log sin cos sqrt pow unsqueeze view reshape t".split())
+_ELEMENTWISE = frozenset("exp log sin cos sqrt pow outer cat stack arange".split())
 # Factories whose result is an index (integer positions).
 _INDEX_FACTORIES = frozenset("torch." + name for name in "arange range randperm randint".split())
 # The ``*_like`` factories are not listed: they allocate on their input's
@@ -354,12 +357,11 @@ class CpuTensorThenMove(Rule):
         if not isinstance(func, cst.Attribute) or func.attr.value not in ("to", "cuda", "type"):
             return
         factory = func.value
-        if not isinstance(factory, cst.Call):
+        if not isinstance(factory, cst.Call) or not self._bare_factory(factory):
+            self._computed_on_host(node)
             return
         qname = self.ctx.qualified_name(factory.func)
         random = qname in _RANDOM
-        if not (random or qname in _DETERMINISTIC):
-            return
         if any(keyword(factory, k) is not None for k in ("device", "pin_memory", "out")):
             return
         if random and keyword(factory, "generator") is not None:
@@ -414,6 +416,118 @@ class CpuTensorThenMove(Rule):
                 UNSAFE if unsafe else SAFE, "Pass `device=` to the factory", self.ctx.replace(node, new_call)
             )
         self.candidates.append((self.ctx.site(), node, message, fix))
+
+    def _bare_factory(self, call: cst.Call) -> bool:
+        qname = self.ctx.qualified_name(call.func)
+        return qname in _RANDOM or qname in _DETERMINISTIC
+
+    def _computed_on_host(self, move: cst.Call) -> None:
+        """``torch.exp(-scale * torch.arange(half) / half).to(t.device)``: a value
+        computed on the host from a factory without ``device=`` (the other
+        operands are Python numbers or host tensors: a CPU tensor cannot meet a
+        device tensor in one operation), then copied. No fix: the factory
+        needs ``device=`` and the copy goes."""
+        receiver = move.func.value  # type: ignore[attr-defined]
+        if isinstance(receiver, (cst.Name, cst.Attribute)) or device_move(self.ctx, move) != "device":
+            return
+        factory = self._host_core(receiver, 0)
+        if factory is None or not self._scalars_only(receiver, factory):
+            return
+        short = self.ctx.qualified_name(factory.func).rsplit(".", 1)[-1]  # type: ignore[union-attr]
+        message = (
+            f"`torch.{short}(...)` creates a tensor on the CPU, the expression around it is computed on the "
+            f"CPU, and `.{move.func.attr.value}(...)` then copies the result to the device; "  # type: ignore[attr-defined]
+            "pass `device=` to the factory and drop the copy"
+        )
+        self.candidates.append((self.ctx.site(), move, message, None))
+
+    def _host_core(self, expr: cst.BaseExpression, depth: int) -> Optional[cst.Call]:
+        """The factory without ``device=`` that an expression of torch math,
+        arithmetic, indexing and tensor methods is computed from, when every
+        part of it stays on the host; None when a part may be anything else
+        (a model's output, a function of the project, a device tensor)."""
+        if depth > 8:
+            return None
+        if isinstance(expr, (cst.Integer, cst.Float)):
+            return None
+        if isinstance(expr, cst.BinaryOperation):
+            left, right = self._host_core(expr.left, depth + 1), self._host_core(expr.right, depth + 1)
+            if not (self._host_or_scalar(expr.left, left) and self._host_or_scalar(expr.right, right)):
+                return None
+            return left or right
+        if isinstance(expr, cst.UnaryOperation):
+            return self._host_core(expr.expression, depth + 1)
+        if isinstance(expr, cst.Subscript):
+            return self._host_core(expr.value, depth + 1)
+        if not isinstance(expr, cst.Call):
+            return None
+        if self._bare_factory(expr):
+            if any(keyword(expr, k) is not None for k in ("device", "out")) or any(a.star for a in expr.args):
+                return None
+            return expr
+        qname = self.ctx.qualified_name(expr.func) or ""
+        if qname.startswith("torch."):
+            if qname.rsplit(".", 1)[-1] not in _ELEMENTWISE:
+                return None
+            cores = [(arg.value, self._host_core(arg.value, depth + 1)) for arg in expr.args if arg.keyword is None]
+            if cores and all(self._host_or_scalar(value, core) for value, core in cores):
+                return next((core for _, core in cores if core is not None), None)
+            return None
+        if isinstance(expr.func, cst.Attribute) and expr.func.attr.value in _HOST_METHODS:
+            return self._host_core(expr.func.value, depth + 1)
+        return None
+
+    def _host_or_scalar(self, expr: cst.BaseExpression, core: Optional[cst.Call]) -> bool:
+        """A host computation (its core found), a number, or a plain name or a
+        ``math.*`` call (Python numbers: a device tensor there would be an error)."""
+        if core is not None or isinstance(expr, (cst.Integer, cst.Float)):
+            return True
+        if isinstance(expr, cst.UnaryOperation):
+            return self._host_or_scalar(expr.expression, None)
+        if isinstance(expr, cst.Name):
+            return True  # checked by ``_scalars_only`` once the factory is known
+        if isinstance(expr, cst.Call):
+            return (self.ctx.qualified_name(expr.func) or "").startswith("math.")
+        return False
+
+    def _scalars_only(self, receiver: cst.BaseExpression, factory: cst.Call) -> bool:
+        """Is every plain name the computation uses evidently a Python number: a
+        size the factory itself takes (``torch.arange(half) / half``), a
+        parameter with a numeric default, or a name given a number, ``len()``,
+        ``int()``/``float()`` or ``math.*``? A name that may hold a device
+        tensor would make the result a device tensor already."""
+        sizes = {sub.value for sub in iter_subtree(factory) if isinstance(sub, cst.Name)}
+        function = self.ctx.function
+        for sub in iter_subtree(receiver):
+            if not isinstance(sub, cst.Name) or sub.value in sizes or sub is factory.func:
+                continue
+            parent = self._parent_in(receiver, sub)
+            if isinstance(parent, cst.Attribute) or (isinstance(parent, cst.Call) and parent.func is sub):
+                continue  # ``torch``/``math`` of a dotted call, a method name
+            if isinstance(parent, cst.Arg) and parent.keyword is sub:
+                continue
+            if not self._numeric_name(sub.value, function):
+                return False
+        return True
+
+    def _numeric_name(self, name: str, function) -> bool:
+        value = self.ctx.value_of(name)
+        if value is None and function is not None:
+            default = _parameter_default(function.node, name)
+            return isinstance(default, (cst.Integer, cst.Float))
+        if isinstance(value, (cst.Integer, cst.Float)):
+            return True
+        return isinstance(value, cst.Call) and (
+            (isinstance(value.func, cst.Name) and value.func.value in ("len", "int", "float"))
+            or (self.ctx.qualified_name(value.func) or "").startswith("math.")
+        )
+
+    @staticmethod
+    def _parent_in(root: cst.CSTNode, child: cst.CSTNode) -> Optional[cst.CSTNode]:
+        for node in iter_subtree(root):
+            if any(grand is child for grand in child_nodes(node)):
+                return node
+        return None
 
     def visit_Subscript(self, node: cst.Subscript) -> None:
         """``queue[idx]`` with ``idx = torch.randperm(n)``: a host index into a device tensor."""
@@ -485,7 +599,12 @@ class CpuTensorThenMove(Rule):
             )
             return Evidence(text, node=forward.node)
         loop, helper = site.per_step()  # not under a periodic guard, nor on an exception path
-        return per_batch_evidence(loop, helper) if loop is not None else None
+        if loop is not None:
+            return per_batch_evidence(loop, helper)
+        where, function = site.forward_elsewhere()
+        if where is not None and function is not None:
+            return Evidence(f"`{function.name}()` runs on every forward pass: {where} calls it", node=function.node)
+        return None
 
     def _host_factory(self, index: cst.BaseExpression) -> Optional[cst.Call]:
         """The factory call without ``device=`` that made ``index`` on the host:
@@ -523,6 +642,14 @@ class CpuTensorThenMove(Rule):
         ):
             return others[0].value
         return None
+
+
+def _parameter_default(function: cst.FunctionDef, name: str) -> Optional[cst.BaseExpression]:
+    params = function.params
+    for param in (*params.posonly_params, *params.params, *params.kwonly_params):
+        if param.name.value == name:
+            return param.default
+    return None
 
 
 def _integer_literals_only(factory: cst.Call) -> bool:

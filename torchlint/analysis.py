@@ -320,6 +320,21 @@ class Site:
             function = function.parent
         return None, None
 
+    def forward_elsewhere(self) -> Tuple[Optional[str], Optional[FunctionInfo]]:
+        """(where, the module-level function) when a ``forward()`` of another
+        file of the project calls the node's module-level function on every
+        pass ("`UNet.forward()` in unet.py:640"); (None, None) otherwise."""
+        if self.in_exception_path() or self.under_periodic_guard():
+            return None, None
+        function = self.function
+        while function is not None and function.parent is not None:
+            function = function.parent
+        analysis = self.ctx.analysis
+        if function is None or analysis is None or function.class_name is not None:
+            return None, None
+        where = analysis.forward_caller_elsewhere(self.ctx, function)
+        return (where, function) if where is not None else (None, None)
+
     def runs_every_step(self, within: Optional[LoopInfo] = None) -> bool:
         """Does the node run on every iteration of ``within``'s loop (every
         call of its function when None): not on an exception path, not under

@@ -266,6 +266,48 @@ class ProjectAnalysis:
                 return found
         return None
 
+    def forward_caller_elsewhere(self, ctx: FileModel, function: "FunctionInfo") -> Optional[str]:
+        """Where a ``forward()`` of another file of the project calls this
+        module-level function on every pass (``timestep_embedding`` of
+        ``nn.py``, called by ``UNetModel.forward`` in ``unet.py``), as
+        "unet.py:640"; None when no file is seen to. Only files whose text
+        names the function and this module are walked."""
+        if function.class_name is not None or function.parent is not None:
+            return None
+        path = os.path.abspath(ctx.path)
+        memo = self._consult().memo("forward callers")
+        key = (path, function.name)
+        if key in memo:
+            return memo[key]
+        memo[key] = None
+        texts = self.project.texts()
+        stem = os.path.splitext(os.path.basename(path))[0]
+        if stem == "__init__":
+            stem = os.path.basename(os.path.dirname(path))
+        files = set(texts)
+        for other, text in texts.items():
+            if other == path or f"{function.name}(" not in text or stem not in text or "def forward" not in text:
+                continue
+            summary = self.summary(other)
+            if summary is None:
+                continue
+            imported = summary.names.imported_name(cst.Name(function.name))
+            if imported is None or resolve_module(other, imported.rpartition(".")[0], files) != path:
+                continue  # a function of the same name from elsewhere
+            reached = summary.facts.functions_run_per_forward()
+            for infos in summary.facts.functions.values():
+                for info in infos:
+                    forward = reached.get(id(info))
+                    if forward is None:
+                        continue
+                    for callee, site in info.call_sites:
+                        if callee == function.name and site.runs_every_step():
+                            place = f"{os.path.relpath(other, self.project.root)}:{_row(summary.source, site.node)}"
+                            found = f"`{forward.class_name}.forward()` in {place}"
+                            memo[key] = found
+                            return found
+        return None
+
     # -- the newest torch a file can run on, shown by what it imports
     def import_ceiling(self, path: str, text: str) -> Optional[Tuple[Version, str]]:
         """The newest torch the file can run on when it, or a module of the

@@ -460,6 +460,18 @@ class FileModel:
         device, when the loader is passed to a function imported from it."""
         return self.analysis.copied_elsewhere(self, loader) if self.analysis is not None else None
 
+    def init_value(self, class_name: Optional[str], attribute: str) -> Optional[cst.BaseExpression]:
+        """What the class's ``__init__`` last assigns to ``attribute``
+        (``self.melspec = MelSpectrogram(...)``), as far as the walk has seen."""
+        if class_name is None:
+            return None
+        for info in self.facts.functions.get("__init__", ()):
+            if info.class_name == class_name and info.parent is None:
+                found = self.bindings.get(id(info.node), {}).get(attribute)
+                if found:
+                    return found[-1][1]
+        return None
+
     def convolution_built(self, call: cst.Call) -> Optional[Tuple[int, Optional[str]]]:
         """(spatial dims, where) when ``call`` builds or runs a convolution:
         a torch convolution or a torchvision/timm CNN (where: None, the call

@@ -505,6 +505,8 @@ def module_evidence(ctx: "FileModel", expr: cst.BaseExpression) -> bool:
     if name == "self":
         return True
     value = ctx.value_of(name)
+    if value is None and name.startswith("self.") and name.count(".") == 1:
+        value = ctx.init_value(ctx.enclosing_class(), name)  # ``self.melspec = MelSpectrogram(...)`` in ``__init__``
     if (
         isinstance(value, cst.Subscript)
         and isinstance(value.value, cst.Call)
