@@ -1,11 +1,10 @@
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Dict, List, Optional, Set, Tuple, Union
+from typing import TYPE_CHECKING, Dict, List, Set, Tuple, Union
 
 import libcst as cst
 
 from torchlint.model import (
-    FunctionInfo,
     LoopInfo,
     Site,
     device_move,
@@ -13,7 +12,7 @@ from torchlint.model import (
     module_evidence,
     per_batch_evidence,
 )
-from torchlint.rule import Evidence, Invalid, Rule, Valid
+from torchlint.rule import Invalid, Rule, Valid
 
 if TYPE_CHECKING:
     from torchlint.analysis import ForeignLoop
@@ -246,9 +245,6 @@ class ModuleToDeviceInLoop(Rule):
         for site, node, name in self.candidates:
             loop, helper = site.per_step()
             if loop is None:
-                forward, helper = site.forward_context()
-                if forward is not None and name.startswith("self."):
-                    self._in_forward(node, name, forward, helper)
                 continue
             if helper is None and self._chosen_in_loop(site, loop, name):
                 continue
@@ -264,30 +260,6 @@ class ModuleToDeviceInLoop(Rule):
                     f"{loop.line_hint}; move it once, before the loop"
                 )
             self.report(node, message, evidence=[per_batch_evidence(loop, helper)])
-
-    def _in_forward(self, node: cst.Call, name: str, forward: FunctionInfo, helper: Optional[FunctionInfo]) -> None:
-        """``self.melspec.to(x.device)`` in ``forward()`` (or a helper it calls):
-        the submodule is moved again on every forward pass."""
-        what = f"`{name}.{node.func.attr.value}(...)`"  # type: ignore[attr-defined]
-        where = "`forward()`" if helper is None else f"`{helper.name}()`, which `forward()` calls,"
-        self.report(
-            node,
-            f"{what} in {where} moves a submodule to the device on every forward pass; "
-            "move it once, with its parent module at set-up",
-            evidence=[
-                self._module_evidence(name, forward, node),
-                Evidence(
-                    f"runs on every forward pass of `{forward.class_name}`",
-                    node=(helper or forward).node,
-                ),
-            ],
-        )
-
-    def _module_evidence(self, name: str, forward: FunctionInfo, node: cst.Call) -> Evidence:
-        value = self.ctx.init_value(forward.class_name, name)
-        if value is None:
-            return Evidence(f"`{name}` is a module, by its name", node=node)
-        return Evidence(f"`{name}` is a module: `{self.ctx.code_line(value, width=50)}` in `__init__`", node=value)
 
     def _chosen_in_loop(self, site: Site, batch_loop: Union[LoopInfo, ForeignLoop], name: str) -> bool:
         root = name.split(".")[0]
