@@ -439,7 +439,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--for-promotion", type=int, nargs="?", const=MIN_JUDGED, default=0, metavar="N",
                         help=f"draw at least N (default {MIN_JUDGED}) for each rule whose corpus findings could meet the bar")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--rules", default="", help="comma-separated codes to draw (default: every rule that fires)")
+    parser.add_argument("--rules", default="",
+                        help="comma-separated codes to draw (default: every rule that fires); with --promote, the rules "
+                             "to decide (their samples must still be reproduced; other rules may have changed)")
     parser.add_argument("--table", type=Path, nargs="+", metavar="VERDICTS", help="tabulate filled verdict files of one draw")
     parser.add_argument("--promote", type=Path, nargs="+", metavar="VERDICTS", help="set rule status from filled verdict files of one draw")
     parser.add_argument("--dry-run", action="store_true", help="with --promote: say what would change, write nothing")
@@ -493,6 +495,12 @@ def _promote(args: argparse.Namespace) -> int:
     if REPO not in Path(lifecycle.STABLE_RULES_FILE).resolve().parents:
         raise MeasureError(f"torchlint is imported from {lifecycle.STABLE_RULES_FILE}, not this checkout: `pip install -e .` first")
     meta, rows = read_verdicts(args.promote)
+    wanted = {code.strip().upper() for code in args.rules.split(",") if code.strip()}
+    if wanted:
+        # Each rule's sample is drawn on its own (seeded by rule), so one rule's
+        # verdicts stand for it whatever other rules changed since the draw.
+        rows = [r for r in rows if r["code"] in wanted]
+        meta = {**meta, "rules": sorted(set(meta["rules"]) & wanted) if meta["rules"] else sorted(wanted)}
     corpus = Path(meta["corpus"])
     commit, dirty = git_state()
     findings, _, _ = lint_corpus(corpus, meta["projects"])

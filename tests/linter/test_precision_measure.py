@@ -177,6 +177,16 @@ def test_promotion_follows_the_bar_and_refuses_a_changed_sample(drawn, capsys):
     measure.check_reproduced(meta, judged, [dict(r) for r in judged])
 
 
+def test_promote_can_decide_chosen_rules_only(drawn, capsys):
+    """Each rule's sample is drawn on its own: ``--rules`` decides those rules
+    from a draw whose other rules may have changed since."""
+    rows = [r for r in _rows(drawn / "verdicts.tsv") if r["code"] == "TL101"]
+    filled = _fill(drawn / "verdicts.tsv", {r["id"]: ("T", "") for r in rows})
+    assert measure.main(["--promote", str(filled), "--rules", "TL101", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "TL101: promoted to stable (20/20 TRUE = 1.00 from 6 projects)" in out and "TL501" not in out
+
+
 def test_promote_decides_each_rule_by_its_own_measure():
     meta = {"commit": "c" * 40, "seed": 0}
 
