@@ -55,11 +55,14 @@ class ZeroGradWithoutSetToNone(Rule):
     (also `self.optimizer`, `self.zero_grad()` in an `nn.Module`, and
     optimizers taken from a list). When the code supports a PyTorch below
     2.0, where `set_to_none` defaulted to `False`, a plain `zero_grad()` is
-    flagged too, unless a supported version is known to predate
-    `set_to_none` (1.7). The supported versions are `target-torch`, or else
-    what the project's manifests declare, or else what its code shows: an
-    unguarded import of a module torch removed in 2.0 (`from torch._six
-    import inf`) limits it to 1.x (see `target-torch` in docs/linter.md).
+    flagged too where the code runs on PyTorch 1.x only: every supported
+    version is below 2.0 (the manifests' upper bound, or an unguarded import
+    of a module torch removed in 2.0, `from torch._six import inf`, in the
+    file or a module it imports), or `target-torch` names a 1.x release. An
+    open-ended floor such as `torch>=1.13` is not enough: installs get torch
+    2.x, where `zero_grad()` sets `None`. Not flagged either where a
+    supported version is known to predate `set_to_none` (1.7). See
+    `target-torch` in docs/linter.md.
 
     Only calls that run once per training step are flagged: in a batch
     loop (under a gradient-accumulation guard too: zeroing comes with each
@@ -486,7 +489,7 @@ class ZeroGradWithoutSetToNone(Rule):
         if explicit is not None:
             if not (isinstance(explicit.value, cst.Name) and explicit.value.value == "False"):
                 return  # True, or a value we cannot read
-        elif not self.ctx.torch_below(2, 0) or self.ctx.torch_below(1, 7):
+        elif not self._runs_on_torch_1() or self.ctx.torch_below(1, 7):
             return  # zero_grad() sets None by default (2.0+), or `set_to_none` may not exist (before 1.7)
         constructed_by = None
         value = self.ctx.value_of(dotted_name(receiver))
@@ -511,6 +514,13 @@ class ZeroGradWithoutSetToNone(Rule):
                 site=self.ctx.site(),
             )
         )
+
+    def _runs_on_torch_1(self) -> bool:
+        """Does the code run on torch 1.x, where ``zero_grad()`` zeroes? Every
+        supported version is below 2.0 (an upper bound, an import of a module
+        2.0 removed), or the user targets one explicitly. An open-ended floor
+        (``torch>=1.13``) is not enough: installs get torch 2.x."""
+        return self.ctx.torch_all_below(2, 0) or (self.ctx.torch_target_explicit() and self.ctx.torch_below(2, 0))
 
     def _expects_an_error(self) -> bool:
         """Inside ``with pytest.raises(...)`` / ``self.assertRaises(...)``: the call is

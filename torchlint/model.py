@@ -58,6 +58,7 @@ from torchlint.facts import (
     uses_default_collate,
 )
 from torchlint.names import ImportTable, dotted_name, last_name
+from torchlint.project import EXPLICIT as EXPLICIT_TARGET
 from torchlint.project import ProjectFacts, TorchRange, lower_ceiling, requires_cuda
 from torchlint.rule import Edit, Evidence, Fix
 from torchlint.tensors import (
@@ -351,6 +352,13 @@ class FileModel:
     def torch_at_least(self, major: int, minor: int = 0) -> bool:
         """Does every torch the code supports have major.minor's APIs? False if unknown."""
         return self.target_torch is not None and self.target_torch >= (major, minor)
+
+    def torch_target_explicit(self) -> bool:
+        """Did the user name the targeted torch (``target-torch``) rather than
+        leave it to the manifests? A manifest's open-ended floor
+        (``torch>=1.13``) says what the code may run on; installs today get
+        the newest release. ``target-torch = "1.13"`` says what it runs on."""
+        return EXPLICIT_TARGET in self.torch_range.sources
 
     def torch_all_below(self, major: int, minor: int = 0) -> bool:
         """Is every torch the code supports older than major.minor? False if unknown."""

@@ -279,3 +279,19 @@ def test_a_ceiling_never_contradicts_a_declared_floor():
     open_range = project.TorchRange()
     bounded = project.lower_ceiling(open_range, ((1, project._NO_MINOR_LIMIT), "torch._six in utils.py"))
     assert bounded.upper == (1, project._NO_MINOR_LIMIT) and bounded.describe() == "<=1.x"
+
+
+ZERO_GRAD_LOOP = "import torch\nfor x in loader:\n    opt.zero_grad()\n    model(x).sum().backward()\n    opt.step()\n"
+
+
+@pytest.mark.parametrize(
+    "files, expected",
+    [
+        ({"requirements.txt": "torch>=1.13\n"}, []),  # an open floor: installs get torch 2.x, where None is the default
+        ({"requirements.txt": "torch>=1.10,<2.0\n"}, [("TL301", 3)]),  # every supported torch zeroes
+        ({"utils.py": "from torch._six import inf\n", "train.py": "import utils\n" + ZERO_GRAD_LOOP}, [("TL301", 4)]),
+    ],
+)
+def test_plain_zero_grad_needs_torch_1_only(tmp_path, capsys, files, expected):
+    make_tree(tmp_path, {".git/HEAD": "", "train.py": ZERO_GRAD_LOOP, **files})
+    assert _cli_findings(tmp_path / "train.py", capsys) == expected
