@@ -249,9 +249,7 @@ class ProjectAnalysis:
             return memo[key]
         memo[key] = None
         texts = self.project.texts()
-        stem = os.path.splitext(os.path.basename(path))[0]
-        if stem == "__init__":
-            stem = os.path.basename(os.path.dirname(path))
+        stem = _module_stem(path)
         owner = function.class_name
         files = set(texts)
         for other, text in texts.items():
@@ -281,9 +279,7 @@ class ProjectAnalysis:
             return memo[key]
         memo[key] = None
         texts = self.project.texts()
-        stem = os.path.splitext(os.path.basename(path))[0]
-        if stem == "__init__":
-            stem = os.path.basename(os.path.dirname(path))
+        stem = _module_stem(path)
         files = set(texts)
         for other, text in texts.items():
             if other == path or f"{function.name}(" not in text or stem not in text or "def forward" not in text:
@@ -544,6 +540,12 @@ class ProjectAnalysis:
                     )
                     return replace(loader, where=where)
         return None
+
+
+def _module_stem(path: str) -> str:
+    """The name other files import the module at ``path`` by (its package's, for an ``__init__.py``)."""
+    stem = os.path.splitext(os.path.basename(path))[0]
+    return os.path.basename(os.path.dirname(path)) if stem == "__init__" else stem
 
 
 def _row(text: str, node: cst.CSTNode) -> int:

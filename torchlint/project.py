@@ -532,11 +532,9 @@ def api_floor(text: str, tree: Optional[ast.Module] = None) -> Optional[Tuple[Ve
     ]  # the name first: 10x cheaper
     if not mentioned:
         return None
+    tree = tree or _parsed(text)
     if tree is None:
-        try:
-            tree = ast.parse(text)
-        except (SyntaxError, ValueError, RecursionError):
-            return None
+        return None
     used = {_dotted(node) for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
     found = [(version, name) for version, name in mentioned if name in used]
     return max(found) if found else None
@@ -554,11 +552,9 @@ def api_ceiling(text: str, tree: Optional[ast.Module] = None) -> Optional[Tuple[
     mentioned = [entry for entry in REMOVED_MODULES if entry[0] in text]
     if not mentioned:
         return None
+    tree = tree or _parsed(text)
     if tree is None:
-        try:
-            tree = ast.parse(text)
-        except (SyntaxError, ValueError, RecursionError):
-            return None
+        return None
     imported = set()
     for statement in tree.body:  # module level only: a ``try`` or a function is a guard
         if isinstance(statement, ast.ImportFrom) and statement.module and statement.level == 0:
@@ -578,6 +574,14 @@ def lower_ceiling(torch: TorchRange, ceiling: Optional[Tuple[Version, str]]) -> 
     if torch.lower is not None and torch.lower > ceiling[0]:
         return torch
     return TorchRange(torch.lower, ceiling[0], torch.sources + (ceiling[1],))
+
+
+def _parsed(text: str) -> Optional[ast.Module]:
+    """CPython's tree of a source text, or None when it does not parse."""
+    try:
+        return ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError):
+        return None
 
 
 def _dotted(node: ast.AST) -> str:
