@@ -425,7 +425,12 @@ class DataloaderNotPinned(Rule):
                             )
                         ]
                         if origin.loop_node is not None
-                        else []
+                        else [
+                            Evidence(
+                                "its batches, taken with `next()`, are copied to the GPU in this module",
+                                node=target.call,
+                            )
+                        ]
                     )
                     self._report(target, evidence=copied)
         for loader in unpinned:
@@ -433,7 +438,11 @@ class DataloaderNotPinned(Rule):
                 where = self.ctx.loader_copied_elsewhere(loader)
                 if where is not None:
                     flagged.add(id(loader))
-                    self._report(loader, where)
+                    self._report(
+                        loader,
+                        where,
+                        evidence=[Evidence(f"its batches are copied to the GPU in {where}", node=loader.call)],
+                    )
 
     def _uses_workers(self, loader: LoaderInfo) -> bool:
         """``num_workers`` given and not 0: pinning then happens in the loader's

@@ -5,7 +5,7 @@ from typing import Dict, List, Optional, Set, Tuple
 import libcst as cst
 
 from torchlint.model import LoopInfo, Site, child_nodes, last_name, requires_grad_evidence
-from torchlint.rule import SAFE, UNSAFE, Invalid, Rule, Valid
+from torchlint.rule import SAFE, UNSAFE, Evidence, Invalid, Rule, Valid
 
 # Calls that backpropagate through (or keep differentiating) their receiver/arguments.
 _BACKPROP_METHODS = frozenset({"backward", "manual_backward", "grad", "scale", "vjp", "jvp"})
@@ -523,6 +523,10 @@ class GraphKeptAliveByAccumulation(Rule):
                 f"{text} keeps the autograd graph of every iteration of {loop.line_hint} alive: "
                 f"the accumulated value requires grad and {name} is never backpropagated; accumulate `.detach()`",
                 self._fix(value, key in self.passed_elsewhere, what),
+                evidence=[
+                    Evidence(f"`{self.ctx.code_line(value)}` requires grad: the loop trains", node=value),
+                    Evidence(f"accumulated on every iteration of {loop.line_hint}", node=loop.node),
+                ],
             )
 
     def _fix(self, value: cst.BaseExpression, passed_elsewhere: bool, what: str):

@@ -15,7 +15,7 @@ from torchlint.model import (
     last_name,
     literal_bool,
 )
-from torchlint.rule import DISPLAY_ONLY, SAFE, Invalid, Rule, Valid
+from torchlint.rule import DISPLAY_ONLY, SAFE, Evidence, Invalid, Rule, Valid
 
 _CLIPS = frozenset(
     {
@@ -647,6 +647,7 @@ class ClipGradWithoutUnscale(Rule):
                 clip.call,
                 f"`{clip.clip_name}` runs after `{scaler}.step(...)` has already applied the gradients, so it has no "
                 "effect on this update; clip before the step, after `" + f"{scaler}.unscale_(optimizer)`",
+                evidence=[Evidence(f"`{scaler}` steps the optimizer before the clip", node=last.call)],
             )
         elif last is None and next_step is not None:
             # backward lives in another function: judge only scalers the module creates
@@ -696,7 +697,16 @@ class ClipGradWithoutUnscale(Rule):
             f"Insert `{line}` before the clip",
             self.ctx.insert_line_before(statement or clip.call, line),
         )
-        self.report(clip.call, message, fix)
+        self.report(
+            clip.call,
+            message,
+            fix,
+            evidence=[
+                Evidence(
+                    f"`{scaler}.step(...)` applies these gradients next, with no `unscale_` between", node=step.call
+                )
+            ],
+        )
 
     def _optimizer(self, step_call: cst.Call) -> Optional[str]:
         args = [a for a in step_call.args if a.star == ""]

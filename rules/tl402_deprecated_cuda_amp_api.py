@@ -6,7 +6,7 @@ from typing import List, Optional, Tuple
 import libcst as cst
 
 from torchlint.model import dotted_name, torch_alias
-from torchlint.rule import DISPLAY_ONLY, SAFE, Fix, Invalid, Rule, Valid
+from torchlint.rule import DISPLAY_ONLY, SAFE, Evidence, Fix, Invalid, Rule, Valid
 
 # qualified name -> (new API, torch version that has it, version that deprecates the old one)
 _DEPRECATED = {
@@ -324,11 +324,20 @@ class DeprecatedCudaAmpApi(Rule):
         fix = self._fix(node, new_name, alias)
         spelled = "autocast" if new_name == "autocast" else "GradScaler"
         imported = "" if direct else " (through `from torch.cuda.amp import`)"
+        versions = self.ctx.torch_range
+        declared = ", ".join(versions.sources) or "target-torch"
         self.report(
             node,
             f"`torch.cuda.amp.{spelled}(...)`{imported} is deprecated since torch {deprecated_in}; "
             f'use `torch.amp.{spelled}("cuda", ...)`',
             fix,
+            evidence=[
+                Evidence(
+                    f"the code supports torch {versions.describe()} (from {declared}):"
+                    f" every such torch has `torch.amp.{spelled}`, and some deprecate the old spelling",
+                    node=node,
+                )
+            ],
         )
 
     def _in_compat_code(self) -> bool:

@@ -3,7 +3,7 @@ from __future__ import annotations
 import libcst as cst
 
 from torchlint.model import autocast_dtype, enclosing_autocast, tensor_backward
-from torchlint.rule import Invalid, Rule, Valid
+from torchlint.rule import Evidence, Invalid, Rule, Valid
 
 
 class BackwardInsideAutocast(Rule):
@@ -232,4 +232,5 @@ class BackwardInsideAutocast(Rule):
             node,
             f"`backward()` runs inside the autocast region{dtype_text}; "
             "autocast should wrap only the forward pass and the loss: leave the region before calling backward",
+            evidence=[Evidence(f"the autocast region opens here: `{self.ctx.code_line(region)}`", node=region)],
         )

@@ -6,7 +6,7 @@ from typing import List, Optional, Set, Tuple
 import libcst as cst
 
 from torchlint.model import FunctionInfo, dotted_name, is_module_base, names_a_module
-from torchlint.rule import DISPLAY_ONLY, UNSAFE, Invalid, Rule, Valid
+from torchlint.rule import DISPLAY_ONLY, UNSAFE, Evidence, Invalid, Rule, Valid
 
 # Attributes that hold the module a wrapper wraps: a wrapper's forward calling
 # their ``forward`` bypasses the inner hooks on purpose (DDP, FSDP, checkpoint
@@ -386,6 +386,15 @@ class ForwardCalledDirectly(Rule):
                 if name is not None:
                     self.hooks.add(name.rsplit(".", 1)[-1])  # functools.partial(hook, ...) too
 
+    def _module_reason(self, receiver: str, built_by: Optional[str], last: Optional[str]) -> str:
+        """Why ``receiver`` is taken for a module (``_is_module``), as the finding states it."""
+        if built_by is not None and (
+            built_by.startswith(("torch.nn.", "torchvision.models."))
+            or built_by.rsplit(".", 1)[-1] in self.module_classes
+        ):
+            return f"`{receiver}` is a module: built by `{built_by}(...)`"
+        return f"`{receiver}` is a module, by its name (`{last}`)"
+
     def _in_torchscript(self) -> bool:
         """TorchScript code calls interface methods by name (``m.forward()``)."""
         function = self.ctx.function
@@ -412,6 +421,7 @@ class ForwardCalledDirectly(Rule):
                 call,
                 f"`{receiver}.forward(...)` bypasses the module's forward and backward hooks; call `{receiver}(...)`",
                 fix,
+                evidence=[Evidence(self._module_reason(receiver, built_by, last), node=call)],
             )
 
     def _in_hook(self, function: Optional[FunctionInfo]) -> bool:

@@ -5,8 +5,17 @@ from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from torchlint.model import LoaderInfo, dotted_name, is_dataloader_call, keyword, last_name, literal_bool, loop_trains
-from torchlint.rule import Invalid, Rule, Valid
+from torchlint.model import (
+    LoaderInfo,
+    LoopInfo,
+    dotted_name,
+    is_dataloader_call,
+    keyword,
+    last_name,
+    literal_bool,
+    loop_trains,
+)
+from torchlint.rule import Evidence, Invalid, Rule, Valid
 
 _WRAPPERS = ("DistributedDataParallel", "FullyShardedDataParallel")
 _NON_DISTRIBUTED_SAMPLERS = frozenset(
@@ -279,6 +288,7 @@ class DistributedSamplerMissing(Rule):
     def __init__(self, ctx, options) -> None:
         super().__init__(ctx, options)
         self.has_wrapper = False
+        self.wrapper: Optional[cst.Call] = None  # the first DDP/FSDP wrap
         self.iterable_classes: Set[str] = set()
         # (loader call, sampler verdict, sampler call node or None)
         self.loader_samplers: List[Tuple[cst.Call, str, Optional[cst.Call], bool]] = []
@@ -303,6 +313,7 @@ class DistributedSamplerMissing(Rule):
         qualified = ctx.qualified_name(node.func) or ""
         if qualified.startswith("torch.") and qualified.rsplit(".", 1)[-1] in _WRAPPERS:
             self.has_wrapper = True
+            self.wrapper = self.wrapper or node
             return
         if not is_dataloader_call(ctx.names, node):
             return
@@ -395,17 +406,29 @@ class DistributedSamplerMissing(Rule):
             if info is None or not self._is_training_loader(info):
                 continue
             name = f"`{info.target}`" if info.target else "this DataLoader"
+            assert self.wrapper is not None  # has_wrapper
+            evidence = [
+                Evidence(f"the model trains distributed: `{self.ctx.code_line(self.wrapper)}`", node=self.wrapper),
+            ]
+            loops = self._training_loops(info)
+            evidence.append(
+                Evidence(f"a training loop iterates it: {loops[0].line_hint}", node=loops[0].node)
+                if loops
+                else Evidence(f"a training loader by its name, {name}", node=call)
+            )
             if verdict == "none" and not self_sharding:
                 self.report(
                     call,
                     f"training DataLoader {name} in a DistributedDataParallel module has no `DistributedSampler`: "
                     "every rank iterates the whole dataset; pass `sampler=DistributedSampler(dataset)`",
+                    evidence=evidence,
                 )
             elif verdict.startswith("plain:") and not self_sharding:
                 self.report(
                     call,
                     f"training DataLoader {name} in a DistributedDataParallel module uses `{verdict[6:]}`, not a "
                     "`DistributedSampler`: every rank iterates the whole dataset",
+                    evidence=evidence,
                 )
             elif verdict == "distributed" and sampler_call is not None and not has_set_epoch and has_epoch_loop:
                 shuffle = keyword(sampler_call, "shuffle")
@@ -415,6 +438,7 @@ class DistributedSamplerMissing(Rule):
                     sampler_call,
                     "this `DistributedSampler` never gets `set_epoch(epoch)`: it shuffles in the same order every "
                     "epoch; call `sampler.set_epoch(epoch)` at the start of each epoch",
+                    evidence=evidence,
                 )
 
     def _is_training_loader(self, info: LoaderInfo) -> bool:
@@ -423,10 +447,14 @@ class DistributedSamplerMissing(Rule):
             return False
         if target and _TRAIN_NAME.search(target):
             return True
+        return bool(self._training_loops(info))
+
+    def _training_loops(self, info: LoaderInfo) -> List[LoopInfo]:
+        found = []
         for loop in self.ctx.facts.loops.values():
             node = loop.node
             if not isinstance(node, cst.For) or (info.target and loop.function is not info.function):
                 continue  # a loader of the same name in another function
             if self.ctx.facts.loader_for(node.iter, loop.function) is info and loop_trains(self.ctx, loop):
-                return True
-        return False
+                found.append(loop)
+        return found
