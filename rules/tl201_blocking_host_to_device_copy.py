@@ -504,9 +504,9 @@ class BlockingHostToDeviceCopy(Rule):
             if not self._keyword_cannot_change_behaviour(site, call, origin, assumed=applicability == UNSAFE):
                 applicability = DISPLAY_ONLY
             fix = self.ctx.fix(applicability, "Add `non_blocking=True`", _add_non_blocking(self.ctx, call))
-            self.report(call, message, fix, evidence=self._evidence(origin, where))
+            self.report(call, message, fix, evidence=self._evidence(origin, where, call))
 
-    def _evidence(self, origin: Origin, where: str) -> List[Evidence]:
+    def _evidence(self, origin: Origin, where: str, copy: cst.Call) -> List[Evidence]:
         """Where the batch comes from (the loader and its pinning) and the loop that copies it per batch."""
         facts = []
         loader = self.ctx.facts.loader_for(origin.source, origin.function) if origin.source is not None else None
@@ -518,6 +518,10 @@ class BlockingHostToDeviceCopy(Rule):
             facts.append(Evidence(text, node=place))
         if origin.kind == "loop" and origin.loop_node is not None:
             facts.append(Evidence("the copy runs once per batch of this loop", node=origin.loop_node))
+        if not facts:
+            facts.append(
+                Evidence(f"the copied tensor is pinned batch data: {where or 'a `.pin_memory()` result'}", node=copy)
+            )
         return facts
 
     def _keyword_cannot_change_behaviour(self, site: Site, call: cst.Call, origin: Origin, assumed: bool) -> bool:

@@ -3,7 +3,7 @@ from __future__ import annotations
 import libcst as cst
 
 from torchlint.model import module_evidence, tensor_evidence
-from torchlint.rule import UNSAFE, Invalid, Rule, Valid
+from torchlint.rule import UNSAFE, Evidence, Invalid, Rule, Valid
 
 # Methods that return a converted copy of a tensor but change a module in place.
 _COPY_METHODS = frozenset({"to", "cuda", "half", "float", "double", "bfloat16"})
@@ -239,7 +239,12 @@ class DiscardedTensorCopy(Rule):
                 f"Assign the result back to `{text}`",
                 self.ctx.replace(node, f"{text} = {self.ctx.code_for(call)}"),
             )
-        self.report(node, message, fix)
+        self.report(
+            node,
+            message,
+            fix,
+            evidence=[Evidence(f"`{text}` is a tensor, and the statement drops what `.{method}()` returns", node=node)],
+        )
 
     def _is_tensor(self, receiver: cst.BaseExpression) -> bool:
         """Evidently a tensor: a part of a loader's batch (``x`` of ``for x, y

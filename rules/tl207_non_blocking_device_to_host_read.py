@@ -5,7 +5,7 @@ from typing import Dict, List
 import libcst as cst
 
 from torchlint.model import device_move, dotted_name, keyword, literal_bool
-from torchlint.rule import Invalid, Rule, Valid
+from torchlint.rule import Evidence, Invalid, Rule, Valid
 
 # Reading a tensor's memory on the host.
 _READ_METHODS = frozenset({"numpy", "tolist", "item", "__array__"})
@@ -245,11 +245,13 @@ class NonBlockingDeviceToHostRead(Rule):
             name = dotted_name(_root(receiver))
             if direct or (name is not None and name in self.pending):
                 label = f"`{name}`" if name is not None and not direct else "the result"
+                copy = receiver if direct else self.pending[name]  # type: ignore[index]
                 self.report(
                     node,
                     f"{what} reads {label} on the host, but it comes from a `non_blocking=True` copy to the CPU "
                     "with no synchronize in between, so it may not have arrived yet; call `torch.cuda.synchronize()` "
                     "(or `event.synchronize()`) first, or drop `non_blocking`",
+                    evidence=[_copy_evidence(self.ctx, copy)],
                 )
                 if name is not None:
                     self.pending.pop(name, None)
@@ -265,6 +267,7 @@ class NonBlockingDeviceToHostRead(Rule):
                 f"iterating `{name}` reads it on the host, but it comes from a `non_blocking=True` copy to the CPU "
                 "with no synchronize in between, so it may not have arrived yet; call `torch.cuda.synchronize()` "
                 "(or `event.synchronize()`) first, or drop `non_blocking`",
+                evidence=[_copy_evidence(self.ctx, self.pending[name])],
             )
             self.pending.pop(name, None)
 
@@ -344,3 +347,8 @@ def _root(expr: cst.BaseExpression) -> cst.BaseExpression:
 
 def _is_non_blocking_to_host_shape(call: cst.Call) -> bool:
     return call.func.attr.value == "to" and keyword(call, "non_blocking") is not None  # type: ignore[attr-defined]
+
+
+def _copy_evidence(ctx, copy: cst.CSTNode) -> Evidence:
+    """The ``non_blocking=True`` copy the read may outrun, with no synchronize after it."""
+    return Evidence(f"the copy to the host that may still be running: `{ctx.code_line(copy)}`", node=copy)

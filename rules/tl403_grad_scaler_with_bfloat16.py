@@ -5,7 +5,7 @@ from typing import Dict, List, Optional, Tuple
 import libcst as cst
 
 from torchlint.model import autocast_dtype, enabled, is_autocast_call, is_grad_scaler_call
-from torchlint.rule import Invalid, Rule, Valid
+from torchlint.rule import Evidence, Invalid, Rule, Valid
 
 _BFLOAT16 = "bfloat16"
 
@@ -239,6 +239,7 @@ class GradScalerWithBfloat16(Rule):
         super().__init__(ctx, options)
         self.scalers: List[Tuple[object, cst.Call]] = []
         self.autocasts: Dict[object, List[Optional[str]]] = {}
+        self.first_autocast: Dict[object, cst.Call] = {}  # where each scope's first region opens
 
     def _scope(self) -> object:
         function = self.ctx.function
@@ -259,10 +260,12 @@ class GradScalerWithBfloat16(Rule):
         elif is_autocast_call(self.ctx, node):
             if enabled(self.ctx, node) is not False:
                 self.autocasts.setdefault(self._scope(), []).append(autocast_dtype(self.ctx, node))
+                self.first_autocast.setdefault(self._scope(), node)
 
     def finish(self) -> None:
         for scope, node in self.scalers:
             dtypes = self.autocasts.get(scope)
+            region = self.first_autocast.get(scope) or next(iter(self.first_autocast.values()), None)
             if not dtypes:
                 # Created in one function (``main``) and used in another: the module decides.
                 dtypes = [d for found in self.autocasts.values() for d in found]
@@ -273,4 +276,12 @@ class GradScalerWithBfloat16(Rule):
                 "this GradScaler is always enabled, but every autocast region here computes in bfloat16, "
                 "whose float32-sized exponent range needs no loss scaling; "
                 "drop the scaler or enable it only for float16",
+                evidence=[
+                    Evidence(f"the scaler is always enabled: `{self.ctx.code_line(node)}`", node=node),
+                    *(
+                        [Evidence(f"autocast computes in bfloat16: `{self.ctx.code_line(region)}`", node=region)]
+                        if region is not None
+                        else []
+                    ),
+                ],
             )

@@ -14,7 +14,7 @@ from torchlint.model import (
     scaler_call,
     tensor_backward,
 )
-from torchlint.rule import UNSAFE, Invalid, Rule, Valid
+from torchlint.rule import UNSAFE, Evidence, Invalid, Rule, Valid
 
 # A condition naming one of these chooses between the AMP and the plain path.
 _AMP_CONDITION = re.compile(r"(?i)(scaler|amp|fp16|float16|half|mixed|precision|autocast|bf16)")
@@ -277,6 +277,7 @@ class BackwardWithoutScaler(Rule):
         # scope -> plain backward calls / scaler steps in it
         self.backwards: Dict[Optional[cst.CSTNode], List[Tuple[Site, cst.Call]]] = {}
         self.steps: Dict[Optional[cst.CSTNode], List[Tuple[Site, str]]] = {}
+        self.step_calls: Dict[object, List[cst.Call]] = {}  # the scaler.step(...) calls, per scope
         # (scope, scaler name) of scalers created with enabled=False; ``self.x``
         # scalers are keyed by class, the others by function
         self.disabled: Set[Tuple[object, str]] = set()
@@ -308,6 +309,7 @@ class BackwardWithoutScaler(Rule):
             if found is not None:
                 if self._scaler_key(found.scaler) not in self.disabled:
                     self.steps.setdefault(self._scope(), []).append((self.ctx.site(), found.scaler))
+                    self.step_calls.setdefault(self._scope(), []).append(node)
 
     def finish(self) -> None:
         for scope, backwards in self.backwards.items():
@@ -330,6 +332,13 @@ class BackwardWithoutScaler(Rule):
                     f"`backward()` on an unscaled loss while {step_text} unscales the gradients: "
                     "they come out divided by the scale factor; use `scaler.scale(loss).backward()`",
                     self._fix(node, names[0]) if len(names) == 1 else None,
+                    evidence=[
+                        Evidence(
+                            "a GradScaler steps the optimizer in the same scope, unscaling the gradients: "
+                            f"`{self.ctx.code_line(self.step_calls[scope][0])}`",
+                            node=self.step_calls[scope][0],
+                        )
+                    ],
                 )
 
     def _fix(self, node: cst.Call, scaler: str):

@@ -5,7 +5,7 @@ from typing import List, Optional, Set, Tuple
 import libcst as cst
 
 from torchlint.model import LoopInfo, Site, dotted_name, last_name, optimizer_receiver
-from torchlint.rule import Invalid, Rule, Valid
+from torchlint.rule import Evidence, Invalid, Rule, Valid
 
 DATA_PARALLEL_WRAPPERS = ("DistributedDataParallel", "FullyShardedDataParallel")
 # Any of these in the training function means gradient sync is already managed.
@@ -277,6 +277,7 @@ class DdpAccumulationWithoutNoSync(Rule):
         super().__init__(ctx, options)
         self.wrapped: List[str] = []  # names the DDP/FSDP model is stored under
         self.has_wrapper = False
+        self.wrapper: Optional[cst.Call] = None  # the first DDP/FSDP wrap
         self.backwards: List[Tuple[Site, cst.Call]] = []
         self.steps: List[Site] = []
 
@@ -284,6 +285,7 @@ class DdpAccumulationWithoutNoSync(Rule):
         ctx = self.ctx
         if is_data_parallel_wrapper(ctx, node):
             self.has_wrapper = True
+            self.wrapper = self.wrapper or node
             parent = ctx.current_parent()
             if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
                 target = dotted_name(parent.targets[0].target)
@@ -320,11 +322,16 @@ class DdpAccumulationWithoutNoSync(Rule):
             if id(scope) in managed:
                 continue
             model = self._model_name(site)
+            assert self.wrapper is not None  # has_wrapper
             self.report(
                 call,
                 f"backward runs on every {shape} but the optimizer steps only once per accumulation cycle: "
                 f"under DistributedDataParallel each of these backward passes all-reduces the gradients; "
                 f"run the non-stepping micro-batches under `{model}.no_sync()`",
+                evidence=[
+                    Evidence(f"the model is wrapped: `{self.ctx.code_line(self.wrapper)}`", node=self.wrapper),
+                    Evidence(f"backward runs on every {shape}; the optimizer steps less often", node=loop.node),
+                ],
             )
 
     def _accumulation(self, site: Site, loop: LoopInfo, steps_by_loop: dict) -> Optional[str]:

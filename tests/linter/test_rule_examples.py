@@ -34,6 +34,8 @@ def test_invalid_example_fires_and_fixes(rule, example):
         assert found[0].row == example.line
     if example.message is not None:
         assert example.message in found[0].message
+    # A rule that cannot state its evidence does not fire: every finding names the facts it rests on.
+    assert all(d.evidence for d in found), f"{rule.code}: a finding without evidence: {found}"
     result = fixed(rule.code, example.source, unsafe=example.unsafe_fixes, **kwargs)
     expected = example.fixed_source if example.fixed_source is not None else example.source
     assert result == expected
