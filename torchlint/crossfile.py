@@ -79,6 +79,13 @@ class ProjectAnalysis:
         self.projects.consult(self.project)
         return self.project
 
+    def _paths(self) -> Set[str]:
+        """The project's file paths as a set, made once per project (imports resolve against it)."""
+        memo = self.project.memo("paths")
+        if "set" not in memo:
+            memo["set"] = set(self.project.texts())
+        return memo["set"]
+
     def summary(self, path: str) -> Optional[FileModel]:
         """The engine's facts of another file of the project (walked without
         rules), once per process; None when it cannot be read or parsed."""
@@ -251,7 +258,7 @@ class ProjectAnalysis:
         texts = self.project.texts()
         stem = _module_stem(path)
         owner = function.class_name
-        files = set(texts)
+        files = self._paths()
         for other, text in texts.items():
             if other == path or f"{owner}(" not in text or stem not in text or f".{function.name}(" not in text:
                 continue
@@ -280,7 +287,7 @@ class ProjectAnalysis:
         memo[key] = None
         texts = self.project.texts()
         stem = _module_stem(path)
-        files = set(texts)
+        files = self._paths()
         for other, text in texts.items():
             if other == path or f"{function.name}(" not in text or stem not in text or "def forward" not in text:
                 continue
@@ -332,7 +339,7 @@ class ProjectAnalysis:
             else:
                 continue
             for name in names:
-                target = resolve_module(importer, name, set(texts))
+                target = resolve_module(importer, name, self._paths())
                 if target is None or target not in users["paths"]:
                     continue
                 found = api_ceiling(texts[target])
@@ -353,9 +360,12 @@ class ProjectAnalysis:
             return None
         importer = os.path.abspath(path)
         texts = self._consult().texts()
-        target = resolve_module(importer, module_name, set(texts))
-        if target is None or target == importer or f"def {function}" not in texts.get(target, ""):
+        target = resolve_module(importer, module_name, self._paths())
+        if target is None or target == importer:
             return None
+        text = texts.get(target, "")
+        if f"def {function}" not in text or not _TRAINS_TEXT.search(text):
+            return None  # not defined there, or a file that never calls backward() or step(): no walk
         memo = self.project.memo("trains")
         key = (target, function)
         if key not in memo:
@@ -380,10 +390,14 @@ class ProjectAnalysis:
         module_name, _, class_name = qualified.rpartition(".")
         if not class_name[:1].isupper():
             return None
-        texts = self._consult().texts()
-        target = self._defining_file(os.path.abspath(ctx.path), module_name, class_name, texts)
-        if target is None:
-            return None
+        importer = os.path.abspath(ctx.path)
+        resolved = self._consult().memo("convolution of an import")
+        if (importer, qualified) not in resolved:
+            target = self._defining_file(importer, module_name, class_name, self.project.texts())
+            resolved[(importer, qualified)] = self._convolution_in(target, class_name) if target else None
+        return resolved[(importer, qualified)]
+
+    def _convolution_in(self, target: str, class_name: str) -> Optional[Tuple[int, str]]:
         memo = self.project.memo("convolutions")
         key = (target, class_name)
         if key not in memo:
@@ -394,7 +408,7 @@ class ProjectAnalysis:
         """The file that defines ``name`` imported from ``module_name``,
         following a package ``__init__``'s ``from .x import name`` (twice at most)."""
         for _ in range(3):
-            target = resolve_module(importer, module_name, set(texts))
+            target = resolve_module(importer, module_name, self._paths())
             if target is None or target == importer:
                 return None
             text = texts.get(target, "")
@@ -438,7 +452,7 @@ class ProjectAnalysis:
         module_name, _, class_name = qualified.rpartition(".")
         path = os.path.abspath(ctx.path)
         texts = self._consult().texts()
-        target = resolve_module(path, module_name, set(texts))
+        target = resolve_module(path, module_name, self._paths())
         if target is None or target == path:
             return False
         memo = self.project.memo("loading")
@@ -495,8 +509,8 @@ class ProjectAnalysis:
             return None
         module_name, _, function = qualified.rpartition(".")
         importer = os.path.abspath(path)
-        texts = self._consult().texts()
-        callee = resolve_module(importer, module_name, set(texts))
+        self._consult()
+        callee = resolve_module(importer, module_name, self._paths())
         if callee is None or callee == importer:
             return None
         memo = self.project.memo("returned")
@@ -540,6 +554,10 @@ class ProjectAnalysis:
                     )
                     return replace(loader, where=where)
         return None
+
+
+# A file that trains calls ``backward()`` or an optimizer's ``step()`` somewhere in its text.
+_TRAINS_TEXT = re.compile(r"\.(backward|step)\(")
 
 
 def _module_stem(path: str) -> str:
