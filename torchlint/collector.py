@@ -33,16 +33,13 @@ from torchlint.vocabulary import (
     EXIT_CALLS,
     FRAMEWORK_TRAINERS,
     KEEPS_ITEMS,
+    LIBRARY_MODULES,
     UNKNOWN_PART,
     is_training_step_call,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
     from torchlint.model import FileModel
-
-
-# Imported names that are never a project's own functions.
-_LIBRARIES = ("torch.", "numpy.", "math.", "os.", "sys.", "time.", "random.", "json.", "logging.", "functools.")
 
 
 class Collector:
@@ -170,7 +167,7 @@ class Collector:
         method = False
         if self.loop is not None or self.function is not None:
             imported = self.names.imported_name(func)
-            if imported is not None and "." in imported.lstrip(".") and not imported.startswith(_LIBRARIES):
+            if imported is not None and "." in imported.lstrip(".") and not imported.startswith(LIBRARY_MODULES):
                 # ``train_one_epoch(...)`` from ``engine``: a function another file may define
                 for scope in (self.loop, self.function):
                     if scope is not None:

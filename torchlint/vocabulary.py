@@ -225,6 +225,9 @@ def framework_of_base(qualified: str) -> Optional[Tuple[str, frozenset]]:
     return None
 
 
+# Imported names that are never a project's own functions (the collector does not
+# record calls of them as calls another file of the project may define).
+LIBRARY_MODULES = ("torch.", "numpy.", "math.", "os.", "sys.", "time.", "random.", "json.", "logging.", "functools.")
 # Keywords of a framework trainer that take a loader configuration it builds a DataLoader from.
 FRAMEWORK_LOADER_KEYWORDS = {"mmengine": ("train_dataloader",)}
 # Optimizer wrappers and precision settings that turn on mixed precision in a framework.
