@@ -8,11 +8,11 @@ from torchlint.model import (
     SYNCHRONIZE_CALLS,
     Site,
     already_on_host,
+    branch_taken_on_cuda,
     iter_subtree,
     last_name,
     launches_device_work,
     lives_on_host,
-    mentions_cuda_availability,
     module_evidence,
     per_batch_evidence,
     reads_host,
@@ -779,7 +779,7 @@ def _unconditional_positions(site: Site) -> List[Tuple[int, int]]:
         if isinstance(block, cst.IndentedBlock):
             if unconditional:
                 positions.append((id(block), block.body.index(child)))
-        elif isinstance(block, cst.If) and _taken_on_cuda(site.ctx, block, child):
+        elif isinstance(block, cst.If) and branch_taken_on_cuda(site.ctx, block, child):
             continue  # ``elif device == "cuda": torch.cuda.synchronize()``: runs on every GPU run
         elif isinstance(
             block, (cst.If, cst.Else, cst.ExceptHandler, cst.ExceptStarHandler, cst.Finally)
@@ -792,35 +792,6 @@ def _unconditional_positions(site: Site) -> List[Tuple[int, int]]:
         elif isinstance(block, (cst.ListComp, cst.GeneratorExp, cst.DictComp, cst.SetComp)):
             unconditional = False  # may run zero times
     return positions
-
-
-def _taken_on_cuda(ctx, branch: cst.If, child: cst.CSTNode) -> bool:
-    """Is ``child`` the side of ``branch`` that runs whenever the code runs on
-    CUDA: the body of ``if device == "cuda":`` (``"cuda" in device``,
-    ``torch.cuda.is_available()``), or the ``else``/``elif`` side of a test
-    for another device (``if device == "mps": … elif …``)?"""
-    test = branch.test
-    if child is branch.body:
-        return mentions_cuda_availability(ctx, test) or _compares_device(test, cuda=True)
-    if child is branch.orelse:
-        return _compares_device(test, cuda=False)
-    return False
-
-
-def _compares_device(test: cst.BaseExpression, cuda: bool) -> bool:
-    """``device == "cuda"`` / ``"cuda" in device_type`` (cuda=True), or
-    ``device == "mps"``/``"cpu"`` (cuda=False)."""
-    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
-        return False
-    target = test.comparisons[0]
-    operator = target.operator
-    strings = [e for e in (test.left, target.comparator) if isinstance(e, cst.SimpleString)]
-    if len(strings) != 1 or not isinstance(strings[0].evaluated_value, str):
-        return False
-    device = strings[0].evaluated_value.split(":", 1)[0]
-    if cuda:
-        return device == "cuda" and isinstance(operator, (cst.Equal, cst.In))
-    return device in ("mps", "cpu", "xpu", "npu") and isinstance(operator, cst.Equal)
 
 
 _FINITENESS = frozenset({"isnan", "isinf", "isfinite", "isneginf", "isposinf", "isreal"})

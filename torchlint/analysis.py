@@ -65,6 +65,35 @@ def mentions_cuda_availability(ctx: "FileModel", node: cst.CSTNode) -> bool:
     return False
 
 
+def branch_taken_on_cuda(ctx: "FileModel", branch: cst.If, child: cst.CSTNode) -> bool:
+    """Is ``child`` the side of ``branch`` that runs whenever the code runs on
+    CUDA: the body of ``if device == "cuda":`` (``"cuda" in device``,
+    ``torch.cuda.is_available()``), or the ``else``/``elif`` side of a test
+    for another device (``if device == "mps": … elif …``)?"""
+    test = branch.test
+    if child is branch.body:
+        return mentions_cuda_availability(ctx, test) or _compares_device(test, cuda=True)
+    if child is branch.orelse:
+        return _compares_device(test, cuda=False)
+    return False
+
+
+def _compares_device(test: cst.BaseExpression, cuda: bool) -> bool:
+    """``device == "cuda"`` / ``"cuda" in device_type`` (cuda=True), or
+    ``device == "mps"``/``"cpu"`` (cuda=False)."""
+    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+        return False
+    target = test.comparisons[0]
+    operator = target.operator
+    strings = [e for e in (test.left, target.comparator) if isinstance(e, cst.SimpleString)]
+    if len(strings) != 1 or not isinstance(strings[0].evaluated_value, str):
+        return False
+    device = strings[0].evaluated_value.split(":", 1)[0]
+    if cuda:
+        return device == "cuda" and isinstance(operator, (cst.Equal, cst.In))
+    return device in ("mps", "cpu", "xpu", "npu") and isinstance(operator, cst.Equal)
+
+
 def is_periodic_test(test: cst.BaseExpression) -> bool:
     """``step % N == 0``, ``not i % k``, ``should_log(step)``, ``i == len(loader) - 1``…"""
     for sub in iter_subtree(test):

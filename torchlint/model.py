@@ -31,6 +31,7 @@ from torchlint.amp import (
 )
 from torchlint.analysis import (
     Site,
+    branch_taken_on_cuda,
     conv_dims,
     exclusive_branches,
     framework_training_run,
@@ -97,6 +98,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from torchlint.rule import Rule
 
 __all__ = [
+    "branch_taken_on_cuda",
     "framework_run_evidence",
     "training_loop_evidence",
     "per_batch_evidence",
