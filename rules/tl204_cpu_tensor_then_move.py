@@ -21,7 +21,7 @@ _FLOATING = frozenset("torch." + name for name in "linspace logspace".split())  
 _RANDOM = frozenset("torch." + name for name in "rand randn randint randperm".split())
 # Tensor methods and torch functions that compute on their input's device.
 _HOST_METHODS = frozenset("float double half long int exp log sin cos sqrt pow unsqueeze view reshape t".split())
-_ELEMENTWISE = frozenset("exp log sin cos sqrt pow outer cat stack arange".split())
+_ELEMENTWISE = frozenset("exp log sin cos sqrt pow outer cat stack".split())  # factories are found first
 # Factories whose result is an index (integer positions).
 _INDEX_FACTORIES = frozenset("torch." + name for name in "arange range randperm randint".split())
 # The ``*_like`` factories are not listed: they allocate on their input's
