@@ -37,6 +37,7 @@ from torchlint.model import FileModel
 from torchlint.names import dotted_name
 from torchlint.project import REMOVED_MODULES, Project, Projects, Version, api_ceiling
 from torchlint.tree import child_nodes, iter_subtree
+from torchlint.vocabulary import LIBRARY_MODULES
 from torchlint.walker import Walker
 
 
@@ -388,8 +389,8 @@ class ProjectAnalysis:
         if not qualified or "." not in qualified.lstrip("."):
             return None
         module_name, _, class_name = qualified.rpartition(".")
-        if not class_name[:1].isupper():
-            return None
+        if not class_name[:1].isupper() or qualified.startswith(LIBRARY_MODULES):
+            return None  # ``nn.Linear(...)``: never the project's, and no reason to depend on its files
         importer = os.path.abspath(ctx.path)
         resolved = self._consult().memo("convolution of an import")
         if (importer, qualified) not in resolved:
