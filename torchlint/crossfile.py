@@ -35,7 +35,7 @@ from torchlint.collector import Collector
 from torchlint.facts import FunctionInfo, LoaderInfo, does_per_item_work, uses_default_collate
 from torchlint.model import FileModel
 from torchlint.names import dotted_name
-from torchlint.project import REMOVED_MODULES, Project, Projects, Version, api_ceiling
+from torchlint.project import REMOVED_MODULES, Project, Projects, Version, api_ceiling, parse_source
 from torchlint.tree import child_nodes, iter_subtree
 from torchlint.vocabulary import LIBRARY_MODULES
 from torchlint.walker import Walker
@@ -327,9 +327,8 @@ class ProjectAnalysis:
             users["paths"] = {p for p, t in texts.items() if any(entry[0] in t for entry in REMOVED_MODULES)}
         if not users["paths"]:
             return None
-        try:
-            tree = ast.parse(text)
-        except (SyntaxError, ValueError, RecursionError):
+        tree = parse_source(text)
+        if tree is None:
             return None
         importer = os.path.abspath(path)
         for statement in tree.body:

@@ -532,7 +532,7 @@ def api_floor(text: str, tree: Optional[ast.Module] = None) -> Optional[Tuple[Ve
     ]  # the name first: 10x cheaper
     if not mentioned:
         return None
-    tree = tree or _parsed(text)
+    tree = tree or parse_source(text)
     if tree is None:
         return None
     used = {_dotted(node) for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
@@ -552,7 +552,7 @@ def api_ceiling(text: str, tree: Optional[ast.Module] = None) -> Optional[Tuple[
     mentioned = [entry for entry in REMOVED_MODULES if entry[0] in text]
     if not mentioned:
         return None
-    tree = tree or _parsed(text)
+    tree = tree or parse_source(text)
     if tree is None:
         return None
     imported = set()
@@ -576,7 +576,7 @@ def lower_ceiling(torch: TorchRange, ceiling: Optional[Tuple[Version, str]]) -> 
     return TorchRange(torch.lower, ceiling[0], torch.sources + (ceiling[1],))
 
 
-def _parsed(text: str) -> Optional[ast.Module]:
+def parse_source(text: str) -> Optional[ast.Module]:
     """CPython's tree of a source text, or None when it does not parse."""
     try:
         return ast.parse(text)
