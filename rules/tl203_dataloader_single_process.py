@@ -32,7 +32,9 @@ class DataloaderSingleProcess(Rule):
     are faster or simpler in one process. So the rule fires only where
     loading a batch is real work the workers could take over: the dataset
     is a `torchvision.datasets` dataset, is built with a per-item
-    `transform=`, or is a class of the same module (or imported
+    `transform=`, is a Hugging Face dataset (or a split of one) whose
+    `with_transform`/`set_transform` function decodes or transforms every
+    item it hands out, or is a class of the same module (or imported
     from another module of the project) whose `__getitem__` reads or
     decodes files (`open`, `Image.open`, `imread`,
     `np.load`, `torch.load`, `torchaudio.load`, `read_image`, …) or applies

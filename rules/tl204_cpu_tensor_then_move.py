@@ -38,8 +38,22 @@ class CpuTensorThenMove(Rule):
     for the factories that accept `device=` (`zeros`, `ones`, `empty`, `full`,
     `arange`, `linspace`, `eye`, `rand`, `randn`, `randint`, `randperm`, …).
     "Once per batch" means in the body of a batch loop, in a helper such a
-    loop calls, or in a module's `forward()`; one-off set-up code is left
-    alone, since one extra copy at start-up costs nothing worth a finding.
+    loop calls, in a method a training framework calls per batch (a
+    `LightningModule`'s `training_step`, a basicsr model's `feed_data`), or
+    in a module's `forward()` and the helpers it calls, in its own file or
+    another one (`timestep_embedding` called by `UNet.forward`); one-off
+    set-up code is left alone, since one extra copy at start-up costs
+    nothing worth a finding.
+
+    Two more shapes of the same copy are flagged, without a fix: a value
+    computed on the host from such a factory and then moved
+    (`torch.exp(-scale * torch.arange(half) / half).to(t.device)`, where
+    every other operand is evidently a Python number), and an index made on
+    the host that indexes a tensor on the device (`idx = torch.randperm(n)`,
+    then `queue[idx]` with `queue` placed on the GPU in the same scope): each
+    use copies the index to the device and waits for the copy. A lazy
+    initialization (`if not hasattr(self, "queue"):`) runs once and is left
+    alone.
 
     Not flagged: a line that runs only on some steps (under a periodic
     guard such as `if step % log_every == 0:`) or on an exception path;
@@ -104,6 +118,20 @@ class CpuTensorThenMove(Rule):
     requires_any = ("torch",)
 
     VALID = [
+        # Lazy initialization: the first call builds the buffer, later calls reuse it.
+        Valid("""
+            import torch
+            for batch in loader:
+                if not hasattr(pool, "queue"):
+                    pool.queue = torch.zeros(64, 3).cuda()
+        """),
+        # A host tensor indexed on the host: nothing crosses to the device.
+        Valid("""
+            import torch
+            for batch in loader:
+                weights = torch.ones(64)
+                picked = weights[torch.randperm(64)]
+        """),
         # *_like factories allocate where their input lives.
         Valid("""
             import torch
@@ -201,6 +229,33 @@ class CpuTensorThenMove(Rule):
     ]
 
     INVALID = [
+        # A host index into a device tensor: copied, and waited for, on every use.
+        Invalid(
+            """
+            import torch
+            for batch in loader:
+                queue = torch.zeros(64, 3, device="cuda")
+                order = torch.randperm(64)
+                queue = queue[order]
+            """,
+            fixed=None,
+            line=4,
+            message="creates an index on the CPU",
+        ),
+        # Host math from a factory, then one copy: the factory should take the device.
+        Invalid(
+            """
+            import math
+            import torch
+            from torch import nn
+            class Embedding(nn.Module):
+                def forward(self, t, half=64):
+                    freqs = torch.exp(-math.log(10000) * torch.arange(half) / half).to(t.device)
+                    return t[:, None] * freqs
+            """,
+            fixed=None,
+            message="the expression around it is computed on the CPU",
+        ),
         Invalid(
             """
             import torch
