@@ -13,8 +13,10 @@ class DataloaderNotPinned(Rule):
     Flags a `DataLoader(...)` that does not pass `pin_memory=True` (the
     keyword is left out, set to `False`, or `False` in a `**kwargs` dict)
     when the batches it yields are copied to a CUDA device in the same
-    module: `.to(device)` / `.cuda()` on the loop variable of a loop over the
-    loader, or on a batch taken with `next(...)`.
+    module: `.to(device)` / `.cuda()` (or `.type(Tensor)` with `Tensor` a
+    CUDA tensor type) on the loop variable of a loop over the loader, or on
+    a batch taken with `next(...)` where that copy runs on every step (a
+    batch taken once for a periodic sample or a check is not flagged).
 
     It is the other half of TL201 (`blocking-host-to-device-copy`): for a
     pinned loader TL201 asks for `non_blocking=True` at the copy; for an
@@ -405,9 +407,11 @@ class DataloaderNotPinned(Rule):
             return
         any_pinned = any(info.pinned is not False for info in self.ctx.facts.loaders)
         flagged = set()
-        for origin in self.ctx.facts.batch_copies:
+        for origin, site in zip(self.ctx.facts.batch_copies, self.ctx.facts.batch_copy_sites):
             if not self._copied_for_training(origin.loop_node):
                 continue
+            if origin.loop_node is None and site.per_step()[0] is None:
+                continue  # one batch taken with ``next()`` for a sample or a check: copied once
             loader = self.ctx.facts.loader_for(origin.source, origin.function)
             if loader is not None:
                 targets = [loader] if loader.pinned is False and loader in unpinned else []

@@ -5,6 +5,7 @@ from typing import Dict, List, Optional, Set
 import libcst as cst
 
 from torchlint.model import (
+    FRAMEWORK_LOADER_ARGUMENTS,
     FRAMEWORK_LOADER_KEYWORDS,
     PER_ITEM_WORK,
     LoaderInfo,
@@ -50,7 +51,14 @@ class DataloaderSingleProcess(Rule):
     itself (mmengine's `Runner(train_dataloader=dict(...))`, followed by
     `runner.train()`). The dict is the loader's arguments, so the same
     evidence applies; the framework places the model on the GPU when one is
-    present, which is the GPU evidence there.
+    present, which is the GPU evidence there. Hugging Face's `Trainer`
+    (and TRL's `SFTTrainer`) builds its training DataLoader from
+    `TrainingArguments`: with `dataloader_num_workers` left out or 0 and a
+    `train_dataset` that does per-item work, the finding points at the
+    arguments. A dataset's transform counts when it is set in place too
+    (`train_ds.set_transform(preprocess)`), and a transform function counts
+    as per-item work when it calls a module-level pipeline of
+    torchvision, albumentations, kornia or MONAI transforms.
 
     Not flagged: in-memory datasets (`TensorDataset`, tensors, lists) and
     datasets whose per-item work cannot be seen (a Hugging Face dataset, a
@@ -107,7 +115,7 @@ class DataloaderSingleProcess(Rule):
     name = "dataloader-single-process"
     summary = "A training DataLoader loads batches in the main process (`num_workers` missing or 0)"
     fix_availability = "none"
-    requires_any = ("DataLoader", "Runner")
+    requires_any = ("DataLoader", "Runner", "Trainer")
 
     VALID = [
         Valid("""
@@ -349,6 +357,15 @@ class DataloaderSingleProcess(Rule):
         self.assigned: Dict[str, List[cst.BaseExpression]] = {}
         # classes of this module whose __getitem__ reads, decodes or transforms
         self.loading_classes: Set[str] = set()
+        # name -> transform functions set on it in place (``train_ds.set_transform(preprocess)``)
+        self.set_in_place: Dict[str, List[cst.BaseExpression]] = {}
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "set_transform" and node.args:
+            name = dotted_name(func.value)
+            if name is not None:
+                self.set_in_place.setdefault(name, []).append(node.args[0].value)
 
     def visit_Assign(self, node: cst.Assign) -> None:
         for target in node.targets:
@@ -406,6 +423,9 @@ class DataloaderSingleProcess(Rule):
 
     def _check_framework_loaders(self, run: TrainerRun) -> None:
         """The loader configurations a framework trainer builds its training DataLoader from."""
+        if run.framework in FRAMEWORK_LOADER_ARGUMENTS:
+            self._check_framework_arguments(run)
+            return
         for keyword in FRAMEWORK_LOADER_KEYWORDS.get(run.framework, ()):
             config = self._config_dict(keyword_value(run.constructor, keyword))
             if config is None:
@@ -430,6 +450,41 @@ class DataloaderSingleProcess(Rule):
                     framework_run_evidence(self.ctx, run),
                 ],
             )
+
+    def _check_framework_arguments(self, run: TrainerRun) -> None:
+        """A trainer that builds its loader from an arguments object: Hugging
+        Face's ``Trainer(args=TrainingArguments(...), train_dataset=...)``
+        leaves ``dataloader_num_workers`` at 0 unless it is given."""
+        arguments_parameter, workers_key, dataset_parameter = FRAMEWORK_LOADER_ARGUMENTS[run.framework]
+        arguments = self._assigned_once(_argument(run.constructor, *arguments_parameter))
+        if not isinstance(arguments, cst.Call) or any(arg.star for arg in arguments.args):
+            return  # settings the rule cannot see
+        if any(arg.star for arg in run.constructor.args):
+            return
+        reason = _single_process_reason(keyword_value(arguments, workers_key))
+        dataset = _argument(run.constructor, *dataset_parameter)
+        if reason is None or not self._loads_per_item(dataset):
+            return
+        reason = reason.replace("num_workers", workers_key)
+        self.report(
+            arguments,
+            f"{reason}: the {run.framework} trainer builds its training DataLoader from these arguments, so it "
+            f"reads and transforms every sample in the training process while the GPU waits; set `{workers_key}` "
+            "to a few worker processes",
+            evidence=[
+                Evidence(
+                    "fetching a sample is real work (files read or decoded, or a transform applied)", node=dataset
+                ),
+                framework_run_evidence(self.ctx, run),
+            ],
+        )
+
+    def _assigned_once(self, value: Optional[cst.BaseExpression]) -> Optional[cst.BaseExpression]:
+        """A name's value when the module assigns it once, else the expression itself."""
+        if isinstance(value, cst.Name):
+            assigned = self.assigned.get(value.value, ())
+            return assigned[0] if len(assigned) == 1 else None
+        return value
 
     def _config_dict(self, value: Optional[cst.BaseExpression]) -> Optional[cst.Call]:
         """``dict(batch_size=..., dataset=...)``, directly or through the name it was assigned to once."""
@@ -499,6 +554,8 @@ class DataloaderSingleProcess(Rule):
         if node is None or depth > 4:
             return False
         if isinstance(node, cst.Name):
+            if any(self._does_per_item_work(f) for f in self.set_in_place.get(node.value, ())):
+                return True
             return any(self._loads_per_item(value, depth + 1) for value in self.assigned.get(node.value, ()))
         if isinstance(node, (cst.List, cst.Tuple)):
             return any(self._loads_per_item(element.value, depth + 1) for element in node.elements)
@@ -529,6 +586,8 @@ class DataloaderSingleProcess(Rule):
         if depth > 4:
             return False
         if isinstance(node, cst.Name):
+            if any(self._does_per_item_work(f) for f in self.set_in_place.get(node.value, ())):
+                return True
             return any(self._transformed_on_access(v, depth + 1) for v in self.assigned.get(node.value, ()))
         if isinstance(node, cst.Subscript):
             return self._transformed_on_access(node.value, depth + 1)
@@ -546,7 +605,23 @@ class DataloaderSingleProcess(Rule):
             calls = (sub for sub in iter_subtree(function.body) if isinstance(sub, cst.Call))
             return any(last_name(call.func) in PER_ITEM_WORK for call in calls)
         if isinstance(function, cst.Name):
-            return any(does_per_item_work(info.node) for info in self.ctx.facts.functions.get(function.value, ()))
+            return any(
+                does_per_item_work(info.node) or self._applies_transform_pipeline(info.node)
+                for info in self.ctx.facts.functions.get(function.value, ())
+            )
+        return False
+
+    def _applies_transform_pipeline(self, function: cst.FunctionDef) -> bool:
+        """Does the function call a module-level transform pipeline
+        (``train_transforms = Compose([RandomResizedCrop(224), ToTensor()])``,
+        then ``train_transforms(image)``) on what it hands out?"""
+        for sub in iter_subtree(function.body):
+            if isinstance(sub, cst.Call) and isinstance(sub.func, cst.Name):
+                built = self.ctx.facts.module_constants.get(sub.func.value)
+                if isinstance(built, cst.Call) and (self.ctx.qualified_name(built.func) or "").startswith(
+                    _TRANSFORM_LIBRARIES
+                ):
+                    return True
         return False
 
 
@@ -558,8 +633,19 @@ _ON_ACCESS_TRANSFORMS = frozenset({"with_transform", "set_transform"})
 _KEEP_TRANSFORM = frozenset({"remove_columns", "rename_column", "rename_columns", "select", "shuffle", "filter"})
 # Calls that take one batch of a loader: a look at a sample.
 _PEEKS = frozenset({"first", "next", "iter"})
+# Libraries whose pipelines decode or augment one sample per call.
+_TRANSFORM_LIBRARIES = ("torchvision.transforms", "albumentations", "kornia.augmentation", "monai.transforms")
 _TRANSFORM_KEYWORDS = frozenset({"transform", "transforms", "target_transform"})
 _WRAPPERS = frozenset({"Subset", "ConcatDataset", "ChainDataset"})
+
+
+def _argument(call: cst.Call, keyword: str, position: int) -> Optional[cst.BaseExpression]:
+    """A call's argument for a parameter, given by keyword or by position."""
+    found = keyword_value(call, keyword)
+    if found is not None:
+        return found
+    positional = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
+    return positional[position] if len(positional) > position else None
 
 
 def _dataset_argument(call: cst.Call) -> Optional[cst.BaseExpression]:

@@ -1,10 +1,20 @@
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import libcst as cst
 
-from torchlint.model import Site, child_nodes, device_move, device_placement, iter_subtree, keyword, per_batch_evidence
+from torchlint.model import (
+    UNKNOWN_PART,
+    Site,
+    child_nodes,
+    device_move,
+    device_placement,
+    iter_subtree,
+    keyword,
+    per_batch_evidence,
+    tensor_type_device,
+)
 from torchlint.rule import SAFE, UNSAFE, Evidence, Fix, Invalid, Rule, Valid
 
 # Factories that take ``device=`` and return the same values wherever they run.
@@ -24,6 +34,18 @@ _HOST_METHODS = frozenset("float double half long int exp log sin cos sqrt pow u
 _ELEMENTWISE = frozenset("exp log sin cos sqrt pow outer cat stack".split())  # factories are found first
 # Factories whose result is an index (integer positions).
 _INDEX_FACTORIES = frozenset("torch." + name for name in "arange range randperm randint".split())
+# NumPy factories and random draws whose array a torch factory could make on the device.
+_NUMPY_FACTORIES = frozenset(
+    "numpy." + name
+    for name in (
+        "zeros ones full empty arange linspace eye "
+        "random.normal random.randn random.rand random.uniform random.randint random.random random.standard_normal"
+    ).split()
+)
+# Wrappers that copy a NumPy array into a torch tensor on the host.
+_FROM_NUMPY = frozenset(
+    "torch." + name for name in "from_numpy tensor as_tensor Tensor FloatTensor LongTensor DoubleTensor".split()
+)
 # The ``*_like`` factories are not listed: they allocate on their input's
 # device, which is usually the device already (``zeros_like(latents).to(device, dtype)``).
 # Nor are ``torch.tensor``/``as_tensor``: their data is on the host either way,
@@ -55,12 +77,21 @@ class CpuTensorThenMove(Rule):
     initialization (`if not hasattr(self, "queue"):`) runs once and is left
     alone.
 
+    NumPy arrays made by a factory or a random draw (`np.ones(shape)`,
+    `np.random.normal(0, 1, shape)`) and copied per step are the same waste,
+    in the older idiom: handed to a CUDA tensor type
+    (`Tensor(np.ones(shape))` with `Tensor = torch.cuda.FloatTensor if cuda
+    else torch.FloatTensor`) or moved with
+    `torch.from_numpy(np.random.uniform(...)).to(device)`. A CUDA tensor type
+    given only sizes (`Tensor(n, 1).fill_(1.0)`) allocates on the device and
+    is not flagged, nor is a NumPy array of the batch's own data.
+
     Not flagged: a line that runs only on some steps (under a periodic
     guard such as `if step % log_every == 0:`) or on an exception path;
     factories that already pass `device=`, random factories
     that draw from an explicit `generator=` (a CPU generator is a common way
     to get the same numbers on every device), moves to the CPU, dtype casts,
-    `torch.from_numpy(...)` (which cannot allocate on a device),
+    `torch.from_numpy(...)` of data (it cannot allocate on a device),
     `torch.tensor(data)`/`torch.as_tensor(data)`, whose data is on the host
     anyway (passing `device=` still copies it), and the `*_like` factories,
     which allocate on their input's device.
@@ -403,13 +434,19 @@ class CpuTensorThenMove(Rule):
 
     def __init__(self, ctx, options) -> None:
         super().__init__(ctx, options)
-        self.candidates: List[Tuple[Site, cst.Call, str, Optional[Fix]]] = []
+        # (site, the copying call, message, fix, evidence besides "runs every step")
+        self.candidates: List[Tuple[Site, cst.Call, str, Optional[Fix], List[Evidence]]] = []
         # id(factory) -> (site of the indexing, factory, the device tensor, the call that placed it)
         self.indexing: Dict[int, Tuple[Site, cst.Call, cst.BaseExpression, cst.CSTNode]] = {}
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
+        if tensor_type_device(self.ctx, func) == "device" and not isinstance(func, cst.SimpleString):
+            self._numpy_into_device_type(node)
+            return
         if not isinstance(func, cst.Attribute) or func.attr.value not in ("to", "cuda", "type"):
+            return
+        if self._numpy_then_moved(node):
             return
         factory = func.value
         if not isinstance(factory, cst.Call) or not self._bare_factory(factory):
@@ -470,7 +507,58 @@ class CpuTensorThenMove(Rule):
             fix = self.ctx.fix(
                 UNSAFE if unsafe else SAFE, "Pass `device=` to the factory", self.ctx.replace(node, new_call)
             )
-        self.candidates.append((self.ctx.site(), node, message, fix))
+        self.candidates.append((self.ctx.site(), node, message, fix, []))
+
+    def _numpy_array(self, expr: cst.BaseExpression) -> Optional[cst.Call]:
+        """The NumPy factory or random draw an expression is (``np.ones(shape)``,
+        ``np.random.normal(0, 1, shape).astype(np.float32)``), else None."""
+        while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value == "astype":
+            expr = expr.func.value
+        if isinstance(expr, cst.Call) and self.ctx.qualified_name(expr.func) in _NUMPY_FACTORIES:
+            return expr
+        return None
+
+    def _numpy_into_device_type(self, call: cst.Call) -> None:
+        """``Tensor(np.ones(shape))`` with ``Tensor = torch.cuda.FloatTensor if
+        cuda else torch.FloatTensor``: the array is made on the host and the
+        CUDA tensor type copies it over."""
+        if len(call.args) != 1 or call.args[0].keyword is not None or call.args[0].star:
+            return
+        array = self._numpy_array(call.args[0].value)
+        if array is None:
+            return
+        evidence = []
+        if isinstance(call.func, cst.Name):
+            bound = self.ctx.value_of(call.func.value) or self.ctx.facts.module_constants.get(call.func.value)
+            if bound is not None and bound is not UNKNOWN_PART:
+                evidence.append(
+                    Evidence(
+                        f"`{call.func.value}` is a CUDA tensor type: `{self.ctx.code_line(bound, width=60)}`",
+                        node=bound,
+                    )
+                )
+        self._report_numpy(call, array, f"`{self.ctx.code_for(call.func)}(...)` (a CUDA tensor type)", evidence)
+
+    def _numpy_then_moved(self, move: cst.Call) -> bool:
+        """``torch.from_numpy(np.random.normal(0, 1, shape)).to(device)``: the same, written with a move."""
+        receiver = move.func.value  # type: ignore[attr-defined]
+        if not isinstance(receiver, cst.Call) or self.ctx.qualified_name(receiver.func) not in _FROM_NUMPY:
+            return False
+        if len(receiver.args) != 1 or receiver.args[0].keyword is not None or device_move(self.ctx, move) != "device":
+            return False
+        array = self._numpy_array(receiver.args[0].value)
+        if array is None:
+            return False
+        self._report_numpy(move, array, f"`.{move.func.attr.value}(...)`")  # type: ignore[attr-defined]
+        return True
+
+    def _report_numpy(self, node: cst.Call, array: cst.Call, copier: str, evidence: Sequence[Evidence] = ()) -> None:
+        made = self.ctx.qualified_name(array.func).replace("numpy.", "np.", 1)  # type: ignore[union-attr]
+        message = (
+            f"`{made}(...)` makes the array on the host and {copier} copies it to the device; "
+            "make it on the device with the torch factory and `device=` (`torch.zeros`, `torch.randn`, …)"
+        )
+        self.candidates.append((self.ctx.site(), node, message, None, list(evidence)))
 
     def _bare_factory(self, call: cst.Call) -> bool:
         qname = self.ctx.qualified_name(call.func)
@@ -494,7 +582,7 @@ class CpuTensorThenMove(Rule):
             f"CPU, and `.{move.func.attr.value}(...)` then copies the result to the device; "  # type: ignore[attr-defined]
             "pass `device=` to the factory and drop the copy"
         )
-        self.candidates.append((self.ctx.site(), move, message, None))
+        self.candidates.append((self.ctx.site(), move, message, None, []))
 
     def _host_core(self, expr: cst.BaseExpression, depth: int) -> Optional[cst.Call]:
         """The factory without ``device=`` that an expression of torch math,
@@ -617,10 +705,10 @@ class CpuTensorThenMove(Rule):
             self.indexing[id(factory)] = (site, factory, on_device, placed)
 
     def finish(self) -> None:
-        for site, node, message, fix in self.candidates:
+        for site, node, message, fix, facts in self.candidates:
             evidence = self._every_step_evidence(site)
             if evidence is not None:
-                self.report(node, message, fix, evidence=[evidence])
+                self.report(node, message, fix, evidence=[*facts, evidence])
         for site, factory, on_device, placed in self.indexing.values():
             evidence = self._every_step_evidence(site)
             if evidence is None:

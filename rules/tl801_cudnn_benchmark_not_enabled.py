@@ -40,7 +40,12 @@ class CudnnBenchmarkNotEnabled(Rule):
     points. It is convolutional when it builds or runs a convolution:
     `nn.Conv1d/2d/3d` (and transposed/lazy variants), `F.conv2d` and
     friends, a torchvision CNN constructor (`torchvision.models.resnet50()`,
-    …) or a timm convolutional architecture (`timm.create_model("resnet50d")`).
+    …), a timm convolutional architecture (`timm.create_model("resnet50d")`),
+    a convolutional network of MONAI (`monai.networks.nets.UNet`,
+    `DenseNet121`, …; not its transformer hybrids such as `UNETR`), diffusers
+    (`UNet2DModel`) or segmentation_models_pytorch, or a model class of
+    another file of the project that builds convolutions, imported by name,
+    through a package's re-export, or with `from models import *`.
     The finding points at the outermost loop around the training loop.
 
     A script whose training loop is a framework's (an mmengine `Runner` it
@@ -116,7 +121,17 @@ class CudnnBenchmarkNotEnabled(Rule):
     summary = "A convolutional training script never enables `torch.backends.cudnn.benchmark`"
     default_enabled = False
     fix_availability = "sometimes"
-    requires_any = ("Conv", "conv", "torchvision", "timm")
+    # a text prefilter: a convolution, a CNN library, or a model class the project defines elsewhere
+    requires_any = (
+        "Conv",
+        "conv",
+        "torchvision",
+        "timm",
+        "monai",
+        "diffusers",
+        "segmentation_models_pytorch",
+        "import",
+    )
 
     VALID = [
         Valid("""
@@ -454,7 +469,9 @@ class CudnnBenchmarkNotEnabled(Rule):
 
     def _report_framework(self, run: TrainerRun) -> None:
         """The training loop is a framework's: the setting goes to its trainer."""
-        setting = _FRAMEWORK_SETTING[run.framework]
+        setting = _FRAMEWORK_SETTING.get(run.framework)
+        if setting is None:
+            return  # a trainer with no such setting (Hugging Face's): the script's flag would be the fix
         self.report(
             run.constructor,
             f"convolutional training runs without cuDNN autotuning; if input shapes are fixed, {setting} lets cuDNN "

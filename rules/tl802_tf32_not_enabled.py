@@ -3,7 +3,19 @@ from __future__ import annotations
 import re
 from typing import Optional, Tuple
 
-from torchlint.model import outermost_loop_in_function, torch_alias, training_entry_loop, training_loop_evidence
+import libcst as cst
+
+from torchlint.model import (
+    TrainerRun,
+    framework_run_evidence,
+    framework_training_run,
+    keyword_value,
+    outermost_loop_in_function,
+    positional,
+    torch_alias,
+    training_entry_loop,
+    training_loop_evidence,
+)
 from torchlint.rule import UNSAFE, Evidence, Invalid, Rule, Valid
 
 # The script already decides about TF32 (either way).
@@ -11,6 +23,7 @@ _DECIDED = re.compile(r"allow_tf32|set_float32_matmul_precision|fp32_precision|\
 # Mixed or reduced precision: matmuls do not run in float32, TF32 is moot.
 _LOW_PRECISION = re.compile(
     r"autocast|GradScaler|\.half\(\)|float16|bfloat16|\bfp16\b|\bbf16\b|\bamp\b|mixed_precision|\.to\(torch\.half"
+    r"|load_in_8bit|load_in_4bit|BitsAndBytesConfig"
 )
 
 
@@ -22,8 +35,13 @@ _PRECISION_ELSEWHERE = re.compile(
 _MATMUL_MODELS = re.compile(
     r"Transformer|MultiheadAttention|scaled_dot_product_attention|from_pretrained|torch\.matmul|\.matmul\(|\.bmm\(|torch\.bmm|einsum\(|\bF\.linear\("
 )
+# A checkpoint name of a convolutional architecture.
+_CONV_CHECKPOINT = re.compile(
+    r"[\"'][^\"'\n]*(resnet|resnext|convnext|efficientnet|mobilenet|regnet|vgg|densenet|yolo|unet)[^\"'\n]*[\"']",
+    re.IGNORECASE,
+)
 _NOT_A_MODEL = re.compile(r"Tokenizer|Processor|Config|FeatureExtractor|tokenizer|processor")
-_LINEAR = re.compile(r"\bLinear\(\s*(\d[\d_]*)\s*,\s*(\d[\d_]*)")
+_LINEAR = re.compile(r"\bLinear\(\s*(\w+)\s*,\s*(\w+)")
 # A Linear layer this large (in x out) is a matmul worth tensor cores; smaller ones make a tiny MLP.
 _LARGE_LINEAR = 512 * 512
 
@@ -37,10 +55,26 @@ def _matmul_model(source: str) -> Optional["re.Match[str]"]:
         models = [m for m in matches if not _NOT_A_MODEL.search(_line_of(source, m, width=10_000))]
         return (models or matches)[0]
     for linear in _LINEAR.finditer(source):
-        a, b = linear.groups()
-        if int(a.replace("_", "")) * int(b.replace("_", "")) >= _LARGE_LINEAR:
+        sizes = [_size(source, side) for side in linear.groups()]
+        known = [size for size in sizes if size is not None]
+        literal = all(side.replace("_", "").isdigit() for side in linear.groups())
+        if len(known) == 2 and known[0] * known[1] >= (_LARGE_LINEAR if literal else _WIDE * _WIDE):
             return linear
+        if len(known) == 1 and known[0] >= _WIDE and not any(side.isdigit() for side in linear.groups()):
+            return linear  # ``Linear(hidden_size, vocab_size)``, 1024 wide into a size only known at run time
     return None
+
+
+# One side this wide, the other a size set at run time (a vocabulary, a class count from the data).
+_WIDE = 1024
+
+
+def _size(source: str, text: str) -> Optional[int]:
+    """A Linear layer's size: a literal, or a name the script assigns one number (``hidden_size = 1024``)."""
+    if text.replace("_", "").isdigit():
+        return int(text.replace("_", ""))
+    assigned = re.findall(rf"^\s*{re.escape(text)}\s*=\s*(\d[\d_]*)\s*(?:#.*)?$", source, re.MULTILINE)
+    return int(assigned[0].replace("_", "")) if len(set(assigned)) == 1 else None
 
 
 def _line_of(source: str, match: "re.Match[str]", width: int = 60) -> str:
@@ -78,9 +112,17 @@ class Tf32NotEnabled(Rule):
     The module must also show a model whose time goes into float32
     matmuls: a transformer or attention layer, a `from_pretrained` model,
     explicit `matmul`/`bmm`/`einsum`, or a `Linear` layer of at least
-    512×512. Convolution-only nets are left alone (cuDNN already runs
-    convolutions in TF32 by default), and so are tiny MLPs and models built
-    in another module.
+    512×512 (sizes given as literals; through names the script assigns a
+    number, at least 1024×1024, or 1024 wide into a size known only at run
+    time, such as a vocabulary). Convolution-only nets are left alone (cuDNN
+    already runs convolutions in TF32 by default), and so are tiny MLPs,
+    pretrained convnets (`from_pretrained("microsoft/resnet-50")`) and
+    models built in another module.
+
+    Hugging Face's `Trainer` is a training entry point too: it puts the
+    model on the GPU itself and takes the precision from its
+    `TrainingArguments`; with none of `fp16`, `bf16` or `tf32` given, the
+    finding points at the arguments and asks for `tf32=True`.
 
     The rule stays silent when the module mentions TF32 or the float32
     matmul precision at all (turning it off is a decision too), and when
@@ -135,7 +177,7 @@ class Tf32NotEnabled(Rule):
     summary = "A float32 CUDA training script never enables TF32 matmuls"
     default_enabled = False
     fix_availability = "sometimes"
-    requires_any = ("cuda",)
+    requires_any = ("cuda", "Trainer")
 
     VALID = [
         Valid("""
@@ -344,13 +386,18 @@ class Tf32NotEnabled(Rule):
 
     def finish(self) -> None:
         source = self.ctx.source
-        if "cuda" not in source or _DECIDED.search(source) or _LOW_PRECISION.search(source):
+        if _DECIDED.search(source) or _LOW_PRECISION.search(source):
             return
         matmuls = None if _PRECISION_ELSEWHERE.search(source) else _matmul_model(source)
-        if matmuls is None:
-            return
+        if matmuls is None or ("from_pretrained" in matmuls.group(0) and _CONV_CHECKPOINT.search(source)):
+            return  # a pretrained convnet (``"microsoft/resnet-50"``): cuDNN runs it in TF32 already
         loop = training_entry_loop(self.ctx)
         if loop is None:
+            run = framework_training_run(self.ctx)
+            if run is not None and run.framework in _FRAMEWORK_TF32:
+                self._report_framework(run, matmuls)
+            return
+        if "cuda" not in source:
             return
         outer = outermost_loop_in_function(loop)
         row, column = _place(source, matmuls)
@@ -377,3 +424,32 @@ class Tf32NotEnabled(Rule):
                 training_loop_evidence(self.ctx, loop),
             ],
         )
+
+    def _report_framework(self, run: TrainerRun, matmuls: "re.Match[str]") -> None:
+        """A trainer that takes the precision from its arguments (Hugging Face's
+        ``TrainingArguments``) and puts the model on the GPU itself."""
+        parameter, setting = _FRAMEWORK_TF32[run.framework]
+        arguments = keyword_value(run.constructor, parameter[0]) or positional(run.constructor, parameter[1])
+        if isinstance(arguments, cst.Name):
+            arguments = self.ctx.facts.module_constants.get(arguments.value)
+        if not isinstance(arguments, cst.Call) or any(arg.star for arg in arguments.args):
+            return  # settings the rule cannot see
+        row, column = _place(self.ctx.source, matmuls)
+        self.report(
+            arguments,
+            f"the {run.framework} trainer trains in float32 with full-precision float32 matmuls; on Ampere or "
+            f"newer GPUs TF32 (`{setting}`) is several times faster",
+            evidence=[
+                Evidence(
+                    f"a model whose time goes into matmuls: `{_line_of(self.ctx.source, matmuls)}`",
+                    row=row,
+                    column=column,
+                ),
+                framework_run_evidence(self.ctx, run),
+            ],
+        )
+
+
+# Trainers that put the model on the GPU and take TF32 from their arguments:
+# (the arguments' parameter (keyword, position), the setting to add).
+_FRAMEWORK_TF32 = {"transformers": (("args", 1), "TrainingArguments(tf32=True)")}

@@ -417,6 +417,8 @@ class ChannelsLastNotUsed(Rule):
         return value
 
     def _report_framework(self, run: TrainerRun, fmt: str) -> None:
+        if run.framework not in ("mmengine", "lightning"):
+            return  # the trainer collates and moves the batches itself: the script cannot convert them
         self.report(
             run.constructor,
             f"a convolutional network trains under mixed precision in the default NCHW layout; convert the model "

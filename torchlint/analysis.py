@@ -610,6 +610,18 @@ _TIMM_CONVNETS = re.compile(
     r"gernet|hardcorenas|fbnet|lcnet|ese_vovnet|vovnet)"
 )
 _TIMM_FACTORIES = frozenset({"timm.create_model", "timm.models.create_model"})
+# Convolutional networks of other libraries, by class: MONAI's (their spatial
+# dims come from ``spatial_dims=``), diffusers' 2-D U-Nets and autoencoders,
+# segmentation_models_pytorch's encoder-decoders. Transformer hybrids
+# (MONAI's UNETR, SwinUNETR) are left out.
+_MONAI_CONVNETS = re.compile(
+    r"^(UNet|Unet|BasicUNet|BasicUnet|BasicUNetPlusPlus|AttentionUnet|DynUNet|SegResNet|SegResNetVAE|SegResNetDS|VNet|"
+    r"HighResNet|AHNet|DenseNet|DenseNet121|DenseNet169|DenseNet201|DenseNet264|ResNet|SEResNet50|SEResNet101|"
+    r"SEResNet152|SENet154|SEResNext50|SEResNext101|EfficientNetBN|FlexibleUNet|RegUNet|LocalNet|GlobalNet|"
+    r"resnet(10|18|34|50|101|152|200))$"
+)
+_DIFFUSERS_CONVNETS = re.compile(r"^(UNet2DModel|UNet2DConditionModel|AutoencoderKL|VQModel|UNet3DConditionModel)$")
+_SMP_CONVNETS = re.compile(r"^(Unet|UnetPlusPlus|FPN|PSPNet|DeepLabV3|DeepLabV3Plus|Linknet|MAnet|PAN)$")
 
 
 def conv_dims(qualified: Optional[str], call: Optional[cst.Call] = None) -> Optional[int]:
@@ -631,4 +643,24 @@ def conv_dims(qualified: Optional[str], call: Optional[cst.Call] = None) -> Opti
             return int(match.groups()[-1])
     if module.startswith("torchvision.models") and _TORCHVISION_CONVNETS.match(last):
         return 3 if module.endswith("video") or last.startswith(("r3d", "r2plus1d", "mc3")) else 2
+    if module.startswith("monai.networks") and _MONAI_CONVNETS.match(last):
+        return _spatial_dims(call)
+    if module.startswith("diffusers") and _DIFFUSERS_CONVNETS.match(last):
+        return 3 if "3D" in last else 2
+    if module.startswith("segmentation_models_pytorch") and _SMP_CONVNETS.match(last):
+        return 2
+    return None
+
+
+def _spatial_dims(call: Optional[cst.Call]) -> Optional[int]:
+    """A MONAI network's ``spatial_dims=2`` (``dimensions=`` in old releases,
+    or its first positional argument), when it is a literal 2 or 3."""
+    if call is None:
+        return None
+    given = next(
+        (a.value for a in call.args if a.keyword is not None and a.keyword.value in ("spatial_dims", "dimensions")),
+        call.args[0].value if call.args and call.args[0].keyword is None else None,
+    )
+    if isinstance(given, cst.Integer) and given.evaluated_value in (2, 3):
+        return int(given.evaluated_value)
     return None

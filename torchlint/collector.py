@@ -268,6 +268,7 @@ class Collector:
         if origin.loop_node is not None and not any(a is origin.loop_node for a in self.stack):
             return  # after the loop: the last batch, once
         self.facts.batch_copies.append(origin)
+        self.facts.batch_copy_sites.append(self.model.site())
 
     def _argument_loaders(self, call: cst.Call) -> Dict[int, LoaderInfo]:
         """Arguments that are, at this point of the walk, evidently a loader

@@ -384,18 +384,32 @@ class ProjectAnalysis:
         ``__init__`` re-export too) whose own code builds 2-D or 3-D
         convolutions (``nn.Conv2d``, ``nn.ConvTranspose2d``, a torchvision
         CNN); None otherwise."""
-        qualified = ctx.names.imported_name(func)
-        if not qualified or "." not in qualified.lstrip("."):
-            return None
-        module_name, _, class_name = qualified.rpartition(".")
-        if not class_name[:1].isupper() or qualified.startswith(LIBRARY_MODULES):
-            return None  # ``nn.Linear(...)``: never the project's, and no reason to depend on its files
-        importer = os.path.abspath(ctx.path)
-        resolved = self._consult().memo("convolution of an import")
-        if (importer, qualified) not in resolved:
-            target = self._defining_file(importer, module_name, class_name, self.project.texts())
-            resolved[(importer, qualified)] = self._convolution_in(target, class_name) if target else None
-        return resolved[(importer, qualified)]
+        for qualified in self._project_classes(ctx, func):
+            module_name, _, class_name = qualified.rpartition(".")
+            importer = os.path.abspath(ctx.path)
+            resolved = self._consult().memo("convolution of an import")
+            if (importer, qualified) not in resolved:
+                target = self._defining_file(importer, module_name, class_name, self.project.texts())
+                resolved[(importer, qualified)] = self._convolution_in(target, class_name) if target else None
+            if resolved[(importer, qualified)] is not None:
+                return resolved[(importer, qualified)]
+        return None
+
+    @staticmethod
+    def _project_classes(ctx: FileModel, func: cst.BaseExpression) -> List[str]:
+        """The dotted names a called class may have in the project's other files:
+        its import, or each star-imported module's (``from models import *``)
+        when the file neither imports nor defines it. Library classes
+        (``nn.Linear``) are never the project's, and give no reason to depend
+        on its files."""
+        found = []
+        for qualified in ctx.names.candidates(func):
+            if "." not in qualified.lstrip(".") or qualified.startswith(LIBRARY_MODULES):
+                continue
+            class_name = qualified.rpartition(".")[2]
+            if class_name[:1].isupper() and class_name not in ctx.facts.class_bases:
+                found.append(qualified)
+        return found
 
     def _convolution_in(self, target: str, class_name: str) -> Optional[Tuple[int, str]]:
         memo = self.project.memo("convolutions")
@@ -446,21 +460,21 @@ class ProjectAnalysis:
         decodes or transforms a sample (``facts.does_per_item_work``)? The class's
         file is parsed on demand, once per process, only when its text defines
         a ``__getitem__``."""
-        qualified = ctx.names.imported_name(func)
-        if not qualified or "." not in qualified.lstrip("."):
-            return False
-        module_name, _, class_name = qualified.rpartition(".")
         path = os.path.abspath(ctx.path)
-        texts = self._consult().texts()
-        target = resolve_module(path, module_name, self._paths())
-        if target is None or target == path:
-            return False
-        memo = self.project.memo("loading")
-        key = (target, class_name)
-        found = memo.get(key)
-        if found is None:
-            found = memo[key] = self._getitem_loads(target, texts.get(target, ""), class_name)
-        return found
+        for qualified in self._project_classes(ctx, func):
+            module_name, _, class_name = qualified.rpartition(".")
+            texts = self._consult().texts()
+            target = resolve_module(path, module_name, self._paths())
+            if target is None or target == path:
+                continue
+            memo = self.project.memo("loading")
+            key = (target, class_name)
+            found = memo.get(key)
+            if found is None:
+                found = memo[key] = self._getitem_loads(target, texts.get(target, ""), class_name)
+            if found:
+                return True
+        return False
 
     def _getitem_loads(self, path: str, text: str, class_name: str) -> bool:
         if "__getitem__" not in text or f"class {class_name}" not in text:

@@ -249,6 +249,9 @@ class ModuleFacts:
         self.dicts: Dict[tuple, Dict[str, List[cst.BaseExpression]]] = {}
         # batch data copied to the device (``x.to(device)`` of a batch, inside its loop)
         self.batch_copies: List = []
+        # where each of batch_copies is copied (a Site), in the same order: a batch taken with
+        # ``next()`` is copied once unless that place runs per step
+        self.batch_copy_sites: List = []
         # calls of module functions: (callee, call node, caller FunctionInfo or None, resolved args)
         self.call_records: List["CallRecord"] = []
         # (id(function node) or 0, name) -> (call of a function imported from the

@@ -75,10 +75,12 @@ from torchlint.tensors import (
     reads_host,
     requires_grad_evidence,
     tensor_evidence,
+    tensor_type_device,
 )
 from torchlint.tree import child_nodes, iter_subtree
 from torchlint.vocabulary import (
     FRAMEWORK_AMP_WRAPPERS,
+    FRAMEWORK_LOADER_ARGUMENTS,
     FRAMEWORK_LOADER_KEYWORDS,
     MIXED_PRECISION_VALUES,
     NAMES_A_DEVICE_OR_TRAINS,
@@ -104,6 +106,7 @@ __all__ = [
     "per_batch_evidence",
     "FRAMEWORK_AMP_WRAPPERS",
     "FRAMEWORK_LOADER_KEYWORDS",
+    "FRAMEWORK_LOADER_ARGUMENTS",
     "MIXED_PRECISION_VALUES",
     "PER_ITEM_WORK",
     "TrainerRun",
@@ -125,6 +128,7 @@ __all__ = [
     "conv_dims",
     "device_move",
     "device_placement",
+    "tensor_type_device",
     "does_per_item_work",
     "dotted_name",
     "enabled",

@@ -10,7 +10,7 @@ names, almost never wrong in practice.
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Union
+from typing import Dict, List, Optional, Union
 
 import libcst as cst
 
@@ -46,6 +46,9 @@ class ImportTable:
         # ``from .engine import f`` -> {"f": ".engine.f"}: never a torch name,
         # kept apart; the project index resolves them against the file.
         self.relative: Dict[str, str] = {}
+        # ``from models import *`` -> ["models"]: modules whose names are bound
+        # unseen; the project index looks a name up in them (``candidates``).
+        self.star_modules: List[str] = []
 
     def add(self, node: Union[cst.Import, cst.ImportFrom]) -> None:
         if isinstance(node, cst.Import):
@@ -58,7 +61,12 @@ class ImportTable:
                     self.aliases[head] = head
             return
         if isinstance(node.names, cst.ImportStar):
-            return  # `from torch import *` binds names we cannot see
+            # `from torch import *` binds names we cannot see; a project module's may be looked up
+            dots = "." * len(node.relative)
+            module = _module_name(node.module) if node.module is not None else ""
+            if module != "torch" and not module.startswith("torch."):
+                self.star_modules.append(dots + module)
+            return
         table = self.aliases
         if node.relative:
             dots = "." * len(node.relative)
@@ -93,6 +101,17 @@ class ImportTable:
         if full is None:
             return self.qualify(dotted)
         return f"{full}.{rest}" if rest else full
+
+    def candidates(self, node: cst.CSTNode) -> List[str]:
+        """Where ``node`` may come from: its ``imported_name``, or, for a bare
+        name no import binds, the same name in each star-imported module
+        (``from models import *`` makes ``GeneratorUNet`` ``models.GeneratorUNet``)."""
+        known = self.imported_name(node)
+        if known is not None:
+            return [known]
+        if isinstance(node, cst.Name) and node.value not in self.aliases:
+            return [f"{module}.{node.value}" for module in self.star_modules]
+        return []
 
     def imports_module(self, prefix: str) -> bool:
         return any(v == prefix or v.startswith(prefix + ".") for v in self.aliases.values())

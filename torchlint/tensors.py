@@ -361,10 +361,30 @@ def _tensor_type_move(ctx: "FileModel", call: cst.Call) -> Optional[str]:
     first = call.args[0] if call.args else None
     if first is None or first.star or (first.keyword is not None and first.keyword.value != "dtype"):
         return None
-    if isinstance(first.value, cst.SimpleString):
-        name = first.value.evaluated_value if isinstance(first.value.evaluated_value, str) else None
+    return tensor_type_device(ctx, first.value)
+
+
+def tensor_type_device(ctx: "FileModel", expr: cst.BaseExpression) -> Optional[str]:
+    """Where a legacy tensor type puts its tensors: "device" for
+    ``torch.cuda.FloatTensor`` (or its name as a string), "cpu" for
+    ``torch.FloatTensor``, None for anything else. A name bound to one
+    (``Tensor = torch.cuda.FloatTensor if cuda else torch.FloatTensor``, the
+    old idiom for device-agnostic code) is followed; such a choice is the
+    GPU's wherever CUDA is available, as ``"cuda" if available else "cpu"`` is."""
+    for _ in range(3):
+        if not isinstance(expr, cst.Name):
+            break
+        value = ctx.value_of(expr.value) or ctx.facts.module_constants.get(expr.value)
+        if value is None or value is UNKNOWN_PART:
+            break
+        expr = value
+    if isinstance(expr, cst.IfExp):
+        kinds = {tensor_type_device(ctx, expr.body), tensor_type_device(ctx, expr.orelse)}
+        return "device" if "device" in kinds and kinds <= {"device", "cpu"} else None
+    if isinstance(expr, cst.SimpleString):
+        name = expr.evaluated_value if isinstance(expr.evaluated_value, str) else None
     else:
-        name = ctx.names.qualified_name(first.value)
+        name = ctx.names.qualified_name(expr)
     if not name or not name.endswith("Tensor"):
         return None
     if name.startswith("torch.cuda."):

@@ -191,6 +191,11 @@ FRAMEWORK_TRAINERS = {
     "lightning.Trainer": ("lightning", "fit"),
     "lightning.pytorch.Trainer": ("lightning", "fit"),
     "pytorch_lightning.Trainer": ("lightning", "fit"),
+    # Hugging Face's Trainer (and TRL's, which derive from it) build the loader from ``args``
+    "transformers.Trainer": ("transformers", "train"),
+    "transformers.Seq2SeqTrainer": ("transformers", "train"),
+    "transformers.trainer.Trainer": ("transformers", "train"),
+    "trl.SFTTrainer": ("transformers", "train"),
 }
 # Methods a training framework calls once per batch, for classes that derive
 # from the framework's base: (framework, qualified-name prefixes of the base,
@@ -230,6 +235,10 @@ def framework_of_base(qualified: str) -> Optional[Tuple[str, frozenset]]:
 LIBRARY_MODULES = ("torch.", "numpy.", "math.", "os.", "sys.", "time.", "random.", "json.", "logging.", "functools.")
 # Keywords of a framework trainer that take a loader configuration it builds a DataLoader from.
 FRAMEWORK_LOADER_KEYWORDS = {"mmengine": ("train_dataloader",)}
+# Frameworks that take the training loader's settings from an arguments object:
+# the trainer's parameter for it (keyword, position), the workers setting in it,
+# and the trainer's parameter for the training dataset (keyword, position).
+FRAMEWORK_LOADER_ARGUMENTS = {"transformers": (("args", 1), "dataloader_num_workers", ("train_dataset", 3))}
 # Optimizer wrappers and precision settings that turn on mixed precision in a framework.
 FRAMEWORK_AMP_WRAPPERS = frozenset({"AmpOptimWrapper"})
 MIXED_PRECISION_VALUES = frozenset({"fp16", "bf16", "16", "16-mixed", "bf16-mixed"})
