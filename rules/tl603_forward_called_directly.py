@@ -42,19 +42,10 @@ _NOT_EAGER_MODULE = re.compile(r"(?i)(remote|rref|mobile|lite)")
 _WRAPPER_METHODS = re.compile(r"(?i)^(__call__|_call_impl|_wrapped_call_impl|.*forward.*|_run_.*)$")
 
 
-# Calls that look at a method without calling it, and torch's own tracing,
-# compiling and checkpointing of a forward (``torch.jit.trace(model.forward, x)``).
-_INTROSPECTION = ("inspect.", "typing.", "functools.wraps", "functools.update_wrapper", "torch.")
-_INTROSPECTION_BUILTINS = frozenset({"getattr", "hasattr", "id", "isinstance", "callable", "repr", "print", "type"})
-
-
 class ForwardCalledDirectly(Rule):
     """## What it does
     Flags `model.forward(x)` on an `nn.Module`: calling the `forward` method
-    instead of the module itself. Handing the bound method to something that
-    calls it (`sampler(unet.forward, x)`) is flagged the same way; handing it
-    to `inspect` or to torch's own tracers and compilers
-    (`torch.jit.trace(model.forward, x)`) is not.
+    instead of the module itself.
 
     A receiver counts as a module when it was built from a `torch.nn` class
     or from a module class defined in the same file, or when its name says so
@@ -339,8 +330,7 @@ class ForwardCalledDirectly(Rule):
     def __init__(self, ctx, options) -> None:
         super().__init__(ctx, options)
         # (call, receiver name, the callee that built the receiver, if known)
-        # (the call of ``m.forward`` or the ``m.forward`` handed over, receiver, builder, last part, function)
-        self.candidates: List[Tuple[cst.CSTNode, str, Optional[str], Optional[str], Optional[FunctionInfo]]] = []
+        self.candidates: List[Tuple[cst.Call, str, Optional[str], Optional[str], Optional[FunctionInfo]]] = []
         self.hooks: Set[str] = set()  # names of the functions the file registers as hooks
         self.module_classes: Set[str] = set()
         self.other_classes: Set[str] = set()
@@ -355,18 +345,8 @@ class ForwardCalledDirectly(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
-        if isinstance(func, cst.Attribute) and func.attr.value == "forward":
-            self._forward_of(node, func)
-        callee = self.ctx.qualified_name(func) or dotted_name(func) or ""
-        if callee.startswith(_INTROSPECTION) or callee in _INTROSPECTION_BUILTINS:
-            return  # ``inspect.signature(model.forward)`` looks at the method; torch's tracers mean to
-        for arg in node.args:
-            # ``run(unet.forward, x)``: the bound method handed over is called without the hooks too
-            if isinstance(arg.value, cst.Attribute) and arg.value.attr.value == "forward" and not arg.star:
-                self._forward_of(arg.value, arg.value)
-
-    def _forward_of(self, node: cst.CSTNode, func: cst.Attribute) -> None:
-        """A module's ``forward`` taken directly: called (``node`` the call) or handed over."""
+        if not (isinstance(func, cst.Attribute) and func.attr.value == "forward"):
+            return
         receiver = dotted_name(func.value)
         if receiver is None:
             return  # super().forward(...), build().forward(...), layers[i].forward(...)
@@ -430,18 +410,6 @@ class ForwardCalledDirectly(Rule):
         for call, receiver, built_by, last, function in self.candidates:
             if not self._is_module(receiver, built_by, last):
                 continue
-            if isinstance(call, cst.Attribute):
-                self.report(
-                    call,
-                    f"`{receiver}.forward` is handed over to be called, which bypasses the module's forward and "
-                    f"backward hooks; pass `{receiver}` itself",
-                    self.ctx.fix(
-                        UNSAFE, f"Pass `{receiver}` instead of `{receiver}.forward`", self.ctx.replace(call, call.value)
-                    ),
-                    evidence=[Evidence(self._module_reason(receiver, built_by, last), node=call)],
-                )
-                continue
-            assert isinstance(call, cst.Call)
             replacement = call.with_changes(func=call.func.value)  # type: ignore[attr-defined]
             applicability = DISPLAY_ONLY if self._in_hook(function) else UNSAFE
             fix = self.ctx.fix(
