@@ -7,6 +7,7 @@ import libcst as cst
 from torchlint.model import (
     FRAMEWORK_LOADER_ARGUMENTS,
     FRAMEWORK_LOADER_KEYWORDS,
+    FRAMEWORK_TRAINING_LOADERS,
     PER_ITEM_WORK,
     LoaderInfo,
     LoopInfo,
@@ -14,7 +15,7 @@ from torchlint.model import (
     does_per_item_work,
     dotted_name,
     framework_run_evidence,
-    framework_training_run,
+    framework_training_runs,
     iter_subtree,
     keyword_value,
     last_name,
@@ -51,7 +52,11 @@ class DataloaderSingleProcess(Rule):
     itself (mmengine's `Runner(train_dataloader=dict(...))`, followed by
     `runner.train()`). The dict is the loader's arguments, so the same
     evidence applies; the framework places the model on the GPU when one is
-    present, which is the GPU evidence there. Hugging Face's `Trainer`
+    present, which is the GPU evidence there. A DataLoader the script builds
+    and hands to a framework to train with counts the same way: composer's
+    `Trainer(train_dataloader=loader)` run with `trainer.fit()`, Lightning's
+    `trainer.fit(model, train_dataloaders=loader)`; a trainer told to use the
+    CPU (`device="cpu"`, `accelerator="cpu"`) is no GPU evidence. Hugging Face's `Trainer`
     (and TRL's `SFTTrainer`) builds its training DataLoader from
     `TrainingArguments`: with `dataloader_num_workers` left out or 0 and a
     `train_dataset` that does per-item work, the finding points at the
@@ -115,7 +120,7 @@ class DataloaderSingleProcess(Rule):
     name = "dataloader-single-process"
     summary = "A training DataLoader loads batches in the main process (`num_workers` missing or 0)"
     fix_availability = "none"
-    requires_any = ("DataLoader", "Runner", "Trainer")
+    requires_any = ("DataLoader", "Runner", "Trainer")  # a framework's trainer builds or takes the loader
 
     VALID = [
         Valid("""
@@ -385,8 +390,7 @@ class DataloaderSingleProcess(Rule):
             info.trains for infos in facts.functions.values() for info in infos
         )
         if not trains:
-            run = framework_training_run(self.ctx)
-            if run is not None:
+            for run in framework_training_runs(self.ctx):
                 self._check_framework_loaders(run)
             return
         move = self.ctx.accelerator_move()
@@ -426,6 +430,8 @@ class DataloaderSingleProcess(Rule):
         if run.framework in FRAMEWORK_LOADER_ARGUMENTS:
             self._check_framework_arguments(run)
             return
+        if run.framework in FRAMEWORK_TRAINING_LOADERS:
+            self._check_handed_loaders(run)
         for keyword in FRAMEWORK_LOADER_KEYWORDS.get(run.framework, ()):
             config = self._config_dict(keyword_value(run.constructor, keyword))
             if config is None:
@@ -443,6 +449,38 @@ class DataloaderSingleProcess(Rule):
                 f"{reason}: the {run.framework} trainer builds its training DataLoader from this dict, which reads "
                 "and transforms every sample in the training process while the GPU waits; set `num_workers` to a "
                 "few worker processes",
+                evidence=[
+                    Evidence(
+                        "fetching a sample is real work (files read or decoded, or a transform applied)", node=dataset
+                    ),
+                    framework_run_evidence(self.ctx, run),
+                ],
+            )
+
+    def _check_handed_loaders(self, run: TrainerRun) -> None:
+        """DataLoaders the script builds and hands to a framework trainer to
+        train with (composer's ``Trainer(train_dataloader=loader)``, Lightning's
+        ``trainer.fit(model, train_dataloaders=loader)``)."""
+        handed = [
+            _argument(call, keyword, position) if position is not None else keyword_value(call, keyword)
+            for call, (keyword, position) in zip((run.constructor, run.run), FRAMEWORK_TRAINING_LOADERS[run.framework])
+        ]
+        for loader in self.ctx.facts.loaders:
+            call = loader.call
+            assert call is not None  # the module's own loaders: each has its call
+            if not any(
+                value is call or (isinstance(value, cst.Name) and value.value == loader.target) for value in handed
+            ):
+                continue
+            reason = self._single_process(loader)
+            dataset = _dataset_argument(call)
+            if reason is None or not self._loads_per_item(dataset):
+                continue
+            self.report(
+                call,
+                f"{reason}: the {run.framework} trainer trains with this DataLoader, which reads and transforms "
+                "every sample in the training process while the GPU waits; set `num_workers` to a few worker "
+                "processes",
                 evidence=[
                     Evidence(
                         "fetching a sample is real work (files read or decoded, or a transform applied)", node=dataset

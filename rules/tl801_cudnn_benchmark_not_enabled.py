@@ -52,7 +52,9 @@ class CudnnBenchmarkNotEnabled(Rule):
     builds and runs with `runner.train()`, a Lightning `Trainer` with
     `trainer.fit(...)`) is an entry point too; the finding then points at
     the trainer, which takes the setting: `env_cfg=dict(cudnn_benchmark=True)`
-    in mmengine, `Trainer(benchmark=True)` in Lightning.
+    in mmengine, `Trainer(benchmark=True)` in Lightning; composer's and
+    Hugging Face's trainers have no such setting, so the script sets the
+    flag itself before the trainer runs.
 
     The rule stays silent when the module mentions the setting at all
     (`cudnn.benchmark = False` is a decision too, as is reading it from a
@@ -469,9 +471,8 @@ class CudnnBenchmarkNotEnabled(Rule):
 
     def _report_framework(self, run: TrainerRun) -> None:
         """The training loop is a framework's: the setting goes to its trainer."""
-        setting = _FRAMEWORK_SETTING.get(run.framework)
-        if setting is None:
-            return  # a trainer with no such setting (Hugging Face's): the script's flag would be the fix
+        # a trainer with no setting of its own (composer's, Hugging Face's): the flag, set by the script
+        setting = _FRAMEWORK_SETTING.get(run.framework, "`torch.backends.cudnn.benchmark = True` before it runs")
         self.report(
             run.constructor,
             f"convolutional training runs without cuDNN autotuning; if input shapes are fixed, {setting} lets cuDNN "

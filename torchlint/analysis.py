@@ -574,12 +574,34 @@ def framework_training_run(ctx: "FileModel") -> Optional[TrainerRun]:
     the training loop is the framework's. The run must be reached: at module
     level, or in a function of a module with an ``if __name__ == "__main__":``
     block, or one the module calls or hands to a launcher. Exact after the walk."""
+    runs = framework_training_runs(ctx)
+    return runs[0] if runs else None
+
+
+def framework_training_runs(ctx: "FileModel") -> List[TrainerRun]:
+    """Every framework trainer run ``framework_training_run`` would accept, in order."""
     runs_as_script = _has_main_block(ctx)
+    found = []
     for run in ctx.facts.trainer_runs:
+        if _told_to_use_cpu(run.constructor):
+            continue  # ``Trainer(..., device="cpu")``: no GPU to keep fed
         function = run.function
         if function is None or runs_as_script or function.name in ctx.facts.module_calls | ctx.facts.module_passed:
-            return run
-    return None
+            found.append(run)
+    return found
+
+
+def _told_to_use_cpu(constructor: cst.Call) -> bool:
+    """A trainer told to train on the CPU: ``device="cpu"`` (composer, HF
+    ``use_cpu=True``) or ``accelerator="cpu"`` (Lightning)."""
+    for arg in constructor.args:
+        key = arg.keyword.value if arg.keyword is not None else None
+        if key in ("device", "accelerator") and isinstance(arg.value, cst.SimpleString):
+            if arg.value.evaluated_value == "cpu":
+                return True
+        if key in ("use_cpu", "no_cuda") and isinstance(arg.value, cst.Name) and arg.value.value == "True":
+            return True
+    return False
 
 
 def _has_main_block(ctx: "FileModel") -> bool:

@@ -181,6 +181,8 @@ class Collector:
             attr = func.attr.value
             if is_training_step_call(func):
                 self._mark_training()
+                if attr == "backward":
+                    self._record_backward(func.value)
                 if self.function is not None and self.loop is None:
                     self.function.steps_per_call = True
                     if attr == "step":
@@ -252,6 +254,16 @@ class Collector:
         if id(node) not in self._recorded_loaders and is_dataloader_call(self.names, node):
             self._record_loader(node, None)
 
+    def _record_backward(self, receiver: cst.BaseExpression) -> None:
+        """``loss.backward()`` (or ``scaler.scale(loss).backward()``): ``loss`` is a tensor."""
+        if isinstance(receiver, cst.Call) and receiver.args and last_name(receiver.func) == "scale":
+            receiver = receiver.args[0].value
+        name = dotted_name(receiver)
+        if name is None:
+            return
+        names = self.function.backward_names if self.function is not None else self.facts.module_backward_names
+        names.add(name)
+
     def _record_trainer_run(self, receiver: cst.BaseExpression, method: str, node: cst.Call) -> None:
         """``runner.train()`` / ``trainer.fit(...)`` on a framework trainer built in this module."""
         constructor = self.values.get(receiver.value) if isinstance(receiver, cst.Name) else receiver
@@ -292,8 +304,16 @@ class Collector:
 
     def enter_augassign(self, node: cst.AugAssign) -> None:
         target = dotted_name(node.target)
-        if target is not None and target not in self.values:
+        if target is None:
+            return
+        if target not in self.values:
             self._bind(target, node.value)
+        elif isinstance(self.values[target], (cst.Integer, cst.Float)) and (
+            tensor_evidence(self.model, node.value) is not False
+        ):
+            # ``running_loss = 0`` then ``running_loss += loss``: ``0 + loss``, a tensor when
+            # ``loss`` is one (asked later, when the scope's facts are known)
+            self._bind(target, cst.BinaryOperation(left=self.values[target], operator=cst.Add(), right=node.value))
 
     def enter_annassign(self, node: cst.AnnAssign) -> None:
         target = dotted_name(node.target)

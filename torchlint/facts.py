@@ -46,6 +46,9 @@ class FunctionInfo:
     # names that hold what a caller passed: the parameters, ``*args``/``**kwargs``,
     # and the targets of loops over them (``for k, v in kwargs.items()``)
     argument_names: Set[str] = field(default_factory=set)
+    # names whose ``.backward()`` the function calls (``loss.backward()``,
+    # ``scaler.scale(loss).backward()``): tensors that carry autograd history
+    backward_names: Set[str] = field(default_factory=set)
     # A backward()/optimizer step outside the function's own loops: one call
     # of the function is one training step.
     steps_per_call: bool = False
@@ -230,6 +233,8 @@ class ModuleFacts:
         self.wrapped_sources: Dict[tuple, cst.BaseExpression] = {}
         self.cuda_flag_names: Set[str] = set()
         self.module_calls: Set[str] = set()
+        # names whose ``.backward()`` the module's top level calls
+        self.module_backward_names: Set[str] = set()
         # module functions handed to another call at the top level (a launcher:
         # ``mp.spawn(main_worker, ...)``, ``notebook_launcher(training_loop, ...)``)
         self.module_passed: Set[str] = set()

@@ -154,10 +154,14 @@ def _name_evidence(ctx: "FileModel", expr: cst.BaseExpression, seen) -> Optional
         return None
     seen.add(name)
     value = ctx.value_of(name)
-    if value is not None:
-        if value is UNKNOWN_PART:
-            return None
-        return tensor_evidence(ctx, value, seen)
+    if value is not None and value is not UNKNOWN_PART:
+        found = tensor_evidence(ctx, value, seen)
+        if found is not None:
+            return found
+    # ``loss.backward()`` in this scope: whatever computed it, ``loss`` is a tensor
+    function = ctx.function
+    if name in (function.backward_names if function is not None else ctx.facts.module_backward_names):
+        return True
     # Never assigned in this scope (a parameter, a global, an attribute):
     # its name alone is no evidence (``if with_loss:`` is a bool).
     return None

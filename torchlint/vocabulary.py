@@ -196,6 +196,9 @@ FRAMEWORK_TRAINERS = {
     "transformers.Seq2SeqTrainer": ("transformers", "train"),
     "transformers.trainer.Trainer": ("transformers", "train"),
     "trl.SFTTrainer": ("transformers", "train"),
+    "composer.Trainer": ("composer", "fit"),
+    "composer.trainer.Trainer": ("composer", "fit"),
+    "composer.trainer.trainer.Trainer": ("composer", "fit"),
 }
 # Methods a training framework calls once per batch, for classes that derive
 # from the framework's base: (framework, qualified-name prefixes of the base,
@@ -239,6 +242,13 @@ FRAMEWORK_LOADER_KEYWORDS = {"mmengine": ("train_dataloader",)}
 # the trainer's parameter for it (keyword, position), the workers setting in it,
 # and the trainer's parameter for the training dataset (keyword, position).
 FRAMEWORK_LOADER_ARGUMENTS = {"transformers": (("args", 1), "dataloader_num_workers", ("train_dataset", 3))}
+# Frameworks handed a DataLoader built by the script, to train with: where it
+# is passed, as (keyword, position) of the trainer's constructor and of the call
+# that runs it (a position of None: by keyword only).
+FRAMEWORK_TRAINING_LOADERS = {
+    "composer": (("train_dataloader", 1), ("train_dataloader", None)),
+    "lightning": (("train_dataloaders", None), ("train_dataloaders", 1)),
+}
 # Optimizer wrappers and precision settings that turn on mixed precision in a framework.
 FRAMEWORK_AMP_WRAPPERS = frozenset({"AmpOptimWrapper"})
 MIXED_PRECISION_VALUES = frozenset({"fp16", "bf16", "16", "16-mixed", "bf16-mixed"})
