@@ -56,7 +56,10 @@ class DataloaderSingleProcess(Rule):
     and hands to a framework to train with counts the same way: composer's
     `Trainer(train_dataloader=loader)` run with `trainer.fit()`, Lightning's
     `trainer.fit(model, train_dataloaders=loader)`; a trainer told to use the
-    CPU (`device="cpu"`, `accelerator="cpu"`) is no GPU evidence. Hugging Face's `Trainer`
+    CPU (`device="cpu"`, `accelerator="cpu"`) is no GPU evidence, and a run
+    bounded to a handful of batches (`train_subset_num_batches=5`,
+    `max_duration="10ba"`, `limit_train_batches=20`, `max_steps=10`,
+    `fast_dev_run=True`) is a demonstration that workers would not pay back. Hugging Face's `Trainer`
     (and TRL's `SFTTrainer`) builds its training DataLoader from
     `TrainingArguments`: with `dataloader_num_workers` left out or 0 and a
     `train_dataset` that does per-item work, the finding points at the

@@ -20,6 +20,8 @@ from torchlint.rule import UNSAFE, Evidence, Invalid, Rule, Valid
 # determinism, which rules benchmark mode out.
 _DECIDED = re.compile(
     r"cudnn\W+benchmark|cudnn_benchmark|use_deterministic_algorithms|cudnn\W+deterministic|benchmark\s*="
+    # libraries' switches that set cuDNN deterministic (MONAI, Hugging Face, Lightning)
+    r"|set_determinism|enable_full_determinism|deterministic\s*=\s*True"
 )
 
 
@@ -59,7 +61,10 @@ class CudnnBenchmarkNotEnabled(Rule):
     The rule stays silent when the module mentions the setting at all
     (`cudnn.benchmark = False` is a decision too, as is reading it from a
     config), or asks for determinism (`torch.backends.cudnn.deterministic`,
-    `torch.use_deterministic_algorithms`).
+    `torch.use_deterministic_algorithms`, MONAI's `set_determinism`,
+    `Trainer(deterministic=True)`), and for a framework run bounded to a
+    handful of batches (`train_subset_num_batches=5`, `max_steps=10`,
+    `fast_dev_run=True`): a demonstration that autotuning would not pay back.
 
     ## Why is this bad?
     With `benchmark = True`, cuDNN times the available convolution

@@ -585,10 +585,48 @@ def framework_training_runs(ctx: "FileModel") -> List[TrainerRun]:
     for run in ctx.facts.trainer_runs:
         if _told_to_use_cpu(run.constructor):
             continue  # ``Trainer(..., device="cpu")``: no GPU to keep fed
+        if _demo_sized(ctx, run):
+            continue  # ``train_subset_num_batches=5``: a demonstration, nothing a speed-up would pay back
         function = run.function
         if function is None or runs_as_script or function.name in ctx.facts.module_calls | ctx.facts.module_passed:
             found.append(run)
     return found
+
+
+# A run of this many training batches or fewer is a demonstration or a smoke test.
+DEMO_BATCHES = 100
+# Settings that bound a framework run's batches: composer, Lightning, Hugging Face.
+_BATCH_LIMITS = ("train_subset_num_batches", "limit_train_batches", "max_steps")
+_DURATION_IN_BATCHES = re.compile(r"^\s*(\d+)\s*ba\s*$")
+
+
+def _demo_sized(ctx: "FileModel", run: TrainerRun) -> bool:
+    """Is the run bounded to a handful of batches (``train_subset_num_batches=5``,
+    ``max_duration="10ba"``, ``limit_train_batches=20``, ``fast_dev_run=True``,
+    ``TrainingArguments(max_steps=10)``)? Its constructor, its run call and an
+    arguments object given to it (``args=TrainingArguments(...)``) are read."""
+    calls = [run.constructor, run.run]
+    for arg in run.constructor.args:
+        value = ctx.facts.module_constants.get(arg.value.value) if isinstance(arg.value, cst.Name) else arg.value
+        if isinstance(value, cst.Call) and (last_name(value.func) or "").endswith(("Arguments", "Config")):
+            calls.append(value)
+    for call in calls:
+        for arg in call.args:
+            key = arg.keyword.value if arg.keyword is not None else None
+            value = ctx.constant(arg.value)
+            if (
+                key in _BATCH_LIMITS
+                and isinstance(value, cst.Integer)
+                and 0 < int(value.evaluated_value) <= DEMO_BATCHES
+            ):
+                return True
+            if key == "fast_dev_run" and not (isinstance(value, cst.Name) and value.value in ("False", "None")):
+                return isinstance(value, (cst.Name, cst.Integer))
+            if key in ("max_duration", "duration") and isinstance(value, cst.SimpleString):
+                found = _DURATION_IN_BATCHES.match(str(value.evaluated_value))
+                if found and int(found.group(1)) <= DEMO_BATCHES:
+                    return True
+    return False
 
 
 def _told_to_use_cpu(constructor: cst.Call) -> bool:
