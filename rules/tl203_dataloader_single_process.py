@@ -416,9 +416,7 @@ class DataloaderSingleProcess(Rule):
                 "while the GPU waits; "
                 "set `num_workers` to a few worker processes",
                 evidence=[
-                    Evidence(
-                        "fetching a sample is real work (files read or decoded, or a transform applied)", node=dataset
-                    ),
+                    Evidence(_REAL_WORK, node=dataset),
                     Evidence(f"the work runs on a GPU: `{_last_line(self.ctx.code_for(move))}`", node=move),
                     *(
                         Evidence(f"a training loop iterates it: {loop.line_hint}", node=loop.node)
@@ -447,18 +445,7 @@ class DataloaderSingleProcess(Rule):
             dataset = keyword_value(config, "dataset")
             if not self._loads_per_item(dataset):
                 continue
-            self.report(
-                config,
-                f"{reason}: the {run.framework} trainer builds its training DataLoader from this dict, which reads "
-                "and transforms every sample in the training process while the GPU waits; set `num_workers` to a "
-                "few worker processes",
-                evidence=[
-                    Evidence(
-                        "fetching a sample is real work (files read or decoded, or a transform applied)", node=dataset
-                    ),
-                    framework_run_evidence(self.ctx, run),
-                ],
-            )
+            self._report_framework_loader(config, reason, "builds its training DataLoader from this dict", dataset, run)
 
     def _check_handed_loaders(self, run: TrainerRun) -> None:
         """DataLoaders the script builds and hands to a framework trainer to
@@ -479,18 +466,7 @@ class DataloaderSingleProcess(Rule):
             dataset = _dataset_argument(call)
             if reason is None or not self._loads_per_item(dataset):
                 continue
-            self.report(
-                call,
-                f"{reason}: the {run.framework} trainer trains with this DataLoader, which reads and transforms "
-                "every sample in the training process while the GPU waits; set `num_workers` to a few worker "
-                "processes",
-                evidence=[
-                    Evidence(
-                        "fetching a sample is real work (files read or decoded, or a transform applied)", node=dataset
-                    ),
-                    framework_run_evidence(self.ctx, run),
-                ],
-            )
+            self._report_framework_loader(call, reason, "trains with this DataLoader", dataset, run)
 
     def _check_framework_arguments(self, run: TrainerRun) -> None:
         """A trainer that builds its loader from an arguments object: Hugging
@@ -507,15 +483,25 @@ class DataloaderSingleProcess(Rule):
         if reason is None or not self._loads_per_item(dataset):
             return
         reason = reason.replace("num_workers", workers_key)
+        how = "builds its training DataLoader from these arguments"
+        self._report_framework_loader(arguments, reason, how, dataset, run, setting=workers_key)
+
+    def _report_framework_loader(
+        self,
+        node: cst.CSTNode,
+        reason: str,
+        how: str,
+        dataset: Optional[cst.BaseExpression],
+        run: TrainerRun,
+        setting: str = "num_workers",
+    ) -> None:
+        """A framework's training loader that loads in the training process."""
         self.report(
-            arguments,
-            f"{reason}: the {run.framework} trainer builds its training DataLoader from these arguments, so it "
-            f"reads and transforms every sample in the training process while the GPU waits; set `{workers_key}` "
-            "to a few worker processes",
+            node,
+            f"{reason}: the {run.framework} trainer {how}, so the loader reads and transforms every sample in the "
+            f"training process while the GPU waits; set `{setting}` to a few worker processes",
             evidence=[
-                Evidence(
-                    "fetching a sample is real work (files read or decoded, or a transform applied)", node=dataset
-                ),
+                Evidence(_REAL_WORK, node=dataset),
                 framework_run_evidence(self.ctx, run),
             ],
         )
@@ -666,6 +652,7 @@ class DataloaderSingleProcess(Rule):
         return False
 
 
+_REAL_WORK = "fetching a sample is real work (files read or decoded, or a transform applied)"
 # A Hugging Face dataset's transform set with these runs on every access, in
 # the process that fetches the item (``dataset.with_transform(preprocess)``),
 # unlike ``.map()``, which runs once ahead of training.
