@@ -445,7 +445,8 @@ class DataloaderSingleProcess(Rule):
             dataset = keyword_value(config, "dataset")
             if not self._loads_per_item(dataset):
                 continue
-            self._report_framework_loader(config, reason, "builds its training DataLoader from this dict", dataset, run)
+            how = "builds its training DataLoader from this dict, which"
+            self._report_framework_loader(config, reason, how, dataset, run)
 
     def _check_handed_loaders(self, run: TrainerRun) -> None:
         """DataLoaders the script builds and hands to a framework trainer to
@@ -466,7 +467,7 @@ class DataloaderSingleProcess(Rule):
             dataset = _dataset_argument(call)
             if reason is None or not self._loads_per_item(dataset):
                 continue
-            self._report_framework_loader(call, reason, "trains with this DataLoader", dataset, run)
+            self._report_framework_loader(call, reason, "trains with this DataLoader, which", dataset, run)
 
     def _check_framework_arguments(self, run: TrainerRun) -> None:
         """A trainer that builds its loader from an arguments object: Hugging
@@ -483,7 +484,7 @@ class DataloaderSingleProcess(Rule):
         if reason is None or not self._loads_per_item(dataset):
             return
         reason = reason.replace("num_workers", workers_key)
-        how = "builds its training DataLoader from these arguments"
+        how = "builds its training DataLoader from these arguments, so it"
         self._report_framework_loader(arguments, reason, how, dataset, run, setting=workers_key)
 
     def _report_framework_loader(
@@ -498,8 +499,8 @@ class DataloaderSingleProcess(Rule):
         """A framework's training loader that loads in the training process."""
         self.report(
             node,
-            f"{reason}: the {run.framework} trainer {how}, so the loader reads and transforms every sample in the "
-            f"training process while the GPU waits; set `{setting}` to a few worker processes",
+            f"{reason}: the {run.framework} trainer {how} reads and transforms every sample in the training process "
+            f"while the GPU waits; set `{setting}` to a few worker processes",
             evidence=[
                 Evidence(_REAL_WORK, node=dataset),
                 framework_run_evidence(self.ctx, run),
