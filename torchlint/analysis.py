@@ -620,8 +620,11 @@ def _demo_sized(ctx: "FileModel", run: TrainerRun) -> bool:
                 and 0 < int(value.evaluated_value) <= DEMO_BATCHES
             ):
                 return True
-            if key == "fast_dev_run" and not (isinstance(value, cst.Name) and value.value in ("False", "None")):
-                return isinstance(value, (cst.Name, cst.Integer))
+            if key == "fast_dev_run" and (
+                (isinstance(value, cst.Name) and value.value == "True")
+                or (isinstance(value, cst.Integer) and int(value.evaluated_value) > 0)
+            ):
+                return True
             if key in ("max_duration", "duration") and isinstance(value, cst.SimpleString):
                 found = _DURATION_IN_BATCHES.match(str(value.evaluated_value))
                 if found and int(found.group(1)) <= DEMO_BATCHES:

@@ -182,7 +182,7 @@ class Collector:
             if is_training_step_call(func):
                 self._mark_training()
                 if attr == "backward":
-                    self._record_backward(func.value)
+                    self._record_backward(node)
                 if self.function is not None and self.loop is None:
                     self.function.steps_per_call = True
                     if attr == "step":
@@ -254,8 +254,12 @@ class Collector:
         if id(node) not in self._recorded_loaders and is_dataloader_call(self.names, node):
             self._record_loader(node, None)
 
-    def _record_backward(self, receiver: cst.BaseExpression) -> None:
-        """``loss.backward()`` (or ``scaler.scale(loss).backward()``): ``loss`` is a tensor."""
+    def _record_backward(self, call: cst.Call) -> None:
+        """``loss.backward()``, ``scaler.scale(loss).backward()``, ``accelerator.backward(loss)``:
+        ``loss`` is a tensor. With a positional argument, the argument is the tensor
+        (``accelerator.backward(loss)``; ``out.backward(grad)``'s gradient is one too)."""
+        positional = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
+        receiver = positional[0] if positional else call.func.value  # type: ignore[attr-defined]
         if isinstance(receiver, cst.Call) and receiver.args and last_name(receiver.func) == "scale":
             receiver = receiver.args[0].value
         name = dotted_name(receiver)
