@@ -25,7 +25,7 @@ from torchlint.rule import Evidence, Invalid, Rule, Valid
 
 class DataloaderSingleProcess(Rule):
     """## What it does
-    Flags a `DataLoader(...)` that loads data in the training process itself,
+    Flags a `DataLoader(...)` (or torchdata's `StatefulDataLoader(...)`) that loads data in the training process itself,
     because `num_workers` is left out or set to `0`, in a module that trains
     (it calls `backward()` or steps an optimizer).
 

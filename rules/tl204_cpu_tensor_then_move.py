@@ -77,6 +77,10 @@ class CpuTensorThenMove(Rule):
     initialization (`if not hasattr(self, "queue"):`) runs once and is left
     alone.
 
+    A move can be written `.type_as(x)` with `x` evidently on the device
+    (`torch.zeros(b, c, h, w).type_as(image)` after `image = image.to(device)`):
+    it is flagged the same way, without a fix.
+
     NumPy arrays made by a factory or a random draw (`np.ones(shape)`,
     `np.random.normal(0, 1, shape)`) and copied per step are the same waste,
     in the older idiom: handed to a CUDA tensor type
@@ -444,7 +448,7 @@ class CpuTensorThenMove(Rule):
         if tensor_type_device(self.ctx, func) == "device" and not isinstance(func, cst.SimpleString):
             self._numpy_into_device_type(node)
             return
-        if not isinstance(func, cst.Attribute) or func.attr.value not in ("to", "cuda", "type"):
+        if not isinstance(func, cst.Attribute) or func.attr.value not in ("to", "cuda", "type", "type_as"):
             return
         if self._numpy_then_moved(node):
             return
@@ -472,7 +476,7 @@ class CpuTensorThenMove(Rule):
         if random:
             message += " (the device's random generator draws different numbers than the CPU's)"
         fix = None
-        device = self._device_argument(node) if func.attr.value != "type" else None
+        device = self._device_argument(node) if func.attr.value not in ("type", "type_as") else None
         if device is not None:
             unsafe = (
                 random

@@ -199,7 +199,7 @@ class Collector:
                         self.function.method_calls.append(entry)  # type: ignore[union-attr]
             if attr in ("train", "fit"):
                 self._record_trainer_run(func.value, attr, node)
-            if attr in ("to", "cuda", "type") and device_move(self.model, node) == "device":
+            if attr in ("to", "cuda", "type", "type_as") and device_move(self.model, node) == "device":
                 self._record_batch_copy(func.value)
             if attr == "update" and node.args:
                 self._record_dict_update(func.value, node)

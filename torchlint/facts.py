@@ -669,11 +669,16 @@ def does_per_item_work(function: cst.FunctionDef) -> bool:
     )
 
 
+# Loader classes that take a DataLoader's arguments: torch's, PyG's and the like
+# (``*.DataLoader``), and torchdata's resumable ``StatefulDataLoader``.
+_LOADER_CLASSES = ("DataLoader", "StatefulDataLoader")
+
+
 def is_dataloader_call(names: ImportTable, call: cst.Call) -> bool:
     qname = names.qualified_name(call.func)
     if qname is not None:
-        return qname.endswith(".DataLoader") or qname == "DataLoader"
-    return last_name(call.func) == "DataLoader"
+        return qname.rpartition(".")[2] in _LOADER_CLASSES
+    return last_name(call.func) in _LOADER_CLASSES
 
 
 def keyword(call: cst.Call, name: str) -> Optional[cst.Arg]:

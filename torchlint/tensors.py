@@ -295,6 +295,10 @@ def device_move(ctx: "FileModel", call: cst.Call) -> Optional[str]:
         return "device"
     if method == "type":
         return _tensor_type_move(ctx, call)
+    if method == "type_as":
+        # ``x.type_as(other)``: to ``other``'s device (and dtype), a GPU when ``other`` evidently is on one
+        other = call.args[0].value if len(call.args) == 1 and call.args[0].keyword is None else None
+        return "device" if other is not None and device_placement(ctx, other) is not None else None
     if method == "cpu":
         return "cpu" if not call.args else None
     if method != "to" or not call.args:
