@@ -216,6 +216,12 @@ FRAMEWORK_STEP_METHODS = (
     ),
     ("basicsr", ("basicsr.models.",), None, frozenset({"feed_data", "optimize_parameters"})),
     (
+        "Hugging Face's Trainer",
+        ("transformers.Trainer", "transformers.Seq2SeqTrainer", "transformers.trainer.Trainer", "trl."),
+        None,
+        frozenset({"compute_loss", "training_step", "prediction_step"}),
+    ),
+    (
         "mmengine",
         ("mmengine.hooks.", "mmengine.Hook"),
         "Hook",
