@@ -97,7 +97,7 @@ class Collector:
         bases = []
         for base in node.bases:
             if base.keyword is None and not base.star:
-                name = self.names.imported_name(base.value) or dotted_name(base.value)
+                name = self.names.qualified_name(base.value) or dotted_name(base.value)
                 if name is not None:
                     bases.append(name)
         self.facts.class_bases.setdefault(node.name.value, []).extend(bases)

@@ -37,7 +37,7 @@ from torchlint.model import FileModel
 from torchlint.names import dotted_name
 from torchlint.project import REMOVED_MODULES, Project, Projects, Version, api_ceiling, parse_source
 from torchlint.tree import child_nodes, iter_subtree
-from torchlint.vocabulary import LIBRARY_MODULES, framework_of_base
+from torchlint.vocabulary import LIBRARY_MODULES
 from torchlint.walker import Walker
 
 
@@ -376,44 +376,6 @@ class ProjectAnalysis:
                 row = summary.source.count("\n", 0, offset) + 1 if offset >= 0 else 1
                 memo[key] = f"{os.path.relpath(target, self.project.root)}:{row}"
         return memo[key]
-
-    # -- a class of another file: which framework base does it derive from?
-    def framework_base_elsewhere(self, path: str, qualified: str, depth: int = 0) -> Optional[str]:
-        """The framework base (``transformers.Trainer``) that the class
-        ``qualified`` (``.base_trainer.BaseTrainer``, as the file at ``path``
-        imports it) derives from, through the bases its own file gives it and
-        the files those come from (three files at most); None otherwise."""
-        module_name, _, class_name = qualified.rpartition(".")
-        if depth > 2 or not module_name or qualified.startswith(LIBRARY_MODULES):
-            return None
-        importer = os.path.abspath(path)
-        memo = self._consult().memo("framework base of an import")
-        key = (importer, qualified)
-        if key not in memo:
-            memo[key] = None
-            target = self._defining_file(importer, module_name, class_name, self.project.texts())
-            summary = self.summary(target) if target is not None else None
-            if summary is not None:
-                memo[key] = self._framework_base_in(summary, target, class_name, depth)  # type: ignore[arg-type]
-        return memo[key]
-
-    def _framework_base_in(self, summary: FileModel, path: str, class_name: str, depth: int) -> Optional[str]:
-        classes, seen = [class_name], set()
-        while classes:
-            name = classes.pop()
-            if name in seen:
-                continue
-            seen.add(name)
-            for base in summary.facts.class_bases.get(name, ()):
-                if framework_of_base(base) is not None:
-                    return base
-                if base in summary.facts.class_bases:
-                    classes.append(base)
-                elif "." in base.lstrip("."):
-                    found = self.framework_base_elsewhere(path, base, depth + 1)
-                    if found is not None:
-                        return found
-        return None
 
     # -- a model class of another file: is it convolutional?
     def class_convolution(self, ctx: FileModel, func: cst.BaseExpression) -> Optional[Tuple[int, str]]:

@@ -434,16 +434,12 @@ class ModuleFacts:
                 continue
             seen.add(name)
             for base in self.class_bases.get(name, ()):
-                if base in self.class_bases:
-                    classes.append(base)
-                    continue
-                if framework_of_base(base) is None and "." in base.lstrip(".") and self.analysis is not None:
-                    # ``class SFTTrainer(BaseTrainer)`` with ``BaseTrainer(Trainer)`` in another file
-                    base = self.analysis.framework_base_elsewhere(self.path, base) or base
                 known = framework_of_base(base)
                 if known is not None:
                     framework, methods = known
                     return FrameworkStep(info, framework, base) if info.name in methods else None
+                if base in self.class_bases:
+                    classes.append(base)
         return None
 
     def _entry_point(self, info: FunctionInfo) -> bool:
