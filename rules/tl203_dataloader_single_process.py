@@ -264,6 +264,39 @@ class DataloaderSingleProcess(Rule):
     INVALID = [
         Invalid(
             """
+            from datasets import load_dataset
+            from torchvision import transforms
+            from transformers import Trainer, TrainingArguments
+
+            augment = transforms.Compose([transforms.RandomResizedCrop(224), transforms.ToTensor()])
+
+            def to_pixels(batch):
+                batch["pixel_values"] = [augment(image.convert("RGB")) for image in batch["image"]]
+                return batch
+
+            train_ds = load_dataset("imagefolder", data_dir="photos")["train"]
+            train_ds.set_transform(to_pixels)
+            args = TrainingArguments("out", per_device_train_batch_size=64)
+            Trainer(model=model, args=args, train_dataset=train_ds).train()
+            """,
+            line=13,
+            message="set `dataloader_num_workers`",
+        ),
+        Invalid(
+            """
+            from composer import Trainer
+            from torch.utils.data import DataLoader
+            from torchvision import datasets, transforms
+
+            train_set = datasets.CIFAR10("data", transform=transforms.ToTensor())
+            train_dataloader = DataLoader(train_set, batch_size=128, shuffle=True)
+            Trainer(model=model, train_dataloader=train_dataloader, max_duration="10ep").fit()
+            """,
+            line=6,
+            message="the composer trainer trains with this DataLoader",
+        ),
+        Invalid(
+            """
             import torchvision
             from mmengine.runner import Runner
 

@@ -153,6 +153,16 @@ class CpuTensorThenMove(Rule):
     requires_any = ("torch",)
 
     VALID = [
+        Valid("""
+            import torch
+
+            Tensor = torch.cuda.FloatTensor if torch.cuda.is_available() else torch.FloatTensor
+            for imgs, labels in loader:
+                valid = Tensor(imgs.size(0), 1).fill_(1.0)
+                targets = Tensor(labels.numpy())
+                loss = criterion(model(imgs.type(Tensor)), valid) + targets.sum()
+                loss.backward()
+        """),
         # Lazy initialization: the first call builds the buffer, later calls reuse it.
         Valid("""
             import torch
@@ -264,6 +274,33 @@ class CpuTensorThenMove(Rule):
     ]
 
     INVALID = [
+        Invalid(
+            """
+            import numpy as np
+            import torch
+
+            Tensor = torch.cuda.FloatTensor if torch.cuda.is_available() else torch.FloatTensor
+            for imgs in loader:
+                valid = Tensor(np.ones((imgs.size(0), 1)))
+                loss = criterion(model(imgs.type(Tensor)), valid)
+                loss.backward()
+            """,
+            fixed=None,
+            message="`np.ones(...)` makes the array on the host",
+        ),
+        Invalid(
+            """
+            import torch
+
+            for low in loader:
+                low = low.to(device)
+                canvas = torch.zeros(low.size(0), 3, 256, 256).type_as(low)
+                loss = (model(low) - canvas).abs().mean()
+                loss.backward()
+            """,
+            fixed=None,
+            message="`.type_as(...)` then copies it to the device",
+        ),
         # A host index into a device tensor: copied, and waited for, on every use.
         Invalid(
             """

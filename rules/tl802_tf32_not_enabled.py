@@ -181,6 +181,13 @@ class Tf32NotEnabled(Rule):
 
     VALID = [
         Valid("""
+            from transformers import AutoModelForSequenceClassification, Trainer, TrainingArguments
+
+            model = AutoModelForSequenceClassification.from_pretrained("bert-base-uncased")
+            args = TrainingArguments("out", per_device_train_batch_size=32, bf16=True)
+            Trainer(model=model, args=args, train_dataset=train_set).train()
+        """),
+        Valid("""
             import torch
             torch.backends.cuda.matmul.allow_tf32 = True
             model = torch.nn.Linear(8, 8).cuda()
@@ -291,6 +298,17 @@ class Tf32NotEnabled(Rule):
     ]
 
     INVALID = [
+        Invalid(
+            """
+            from transformers import AutoModelForSequenceClassification, Trainer, TrainingArguments
+
+            model = AutoModelForSequenceClassification.from_pretrained("bert-base-uncased")
+            args = TrainingArguments("out", per_device_train_batch_size=32)
+            Trainer(model=model, args=args, train_dataset=train_set).train()
+            """,
+            line=4,
+            message="TrainingArguments(tf32=True)",
+        ),
         Invalid(
             """
             import torch
