@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import List, Optional, Sequence, Set, Tuple, Union
 
 import libcst as cst
@@ -11,7 +10,6 @@ from torchlint.model import (
     already_on_host,
     branch_taken_on_cuda,
     dotted_name,
-    input_value_read,
     iter_subtree,
     last_name,
     launches_device_work,
@@ -44,9 +42,6 @@ _FORMATTERS = ("print", "str", "repr", "format")
 _COLLECTING_METHODS = frozenset({"append", "extend", "add", "insert", "put", "put_nowait"})
 # (positions, keywords) of each one's int arguments.
 _INT_ARGUMENT_METHODS = {"topk": ((0,), ("k",)), "kthvalue": ((0,), ("k",)), "narrow": ((1, 2), ("start", "length"))}
-# A value read from a function's inputs with no other evidence of a tensor:
-# reported only where a module's forward pass makes the inputs the batch.
-_INPUT_ONLY = "<input>"
 
 
 class HostSyncInLoop(Rule):
@@ -58,20 +53,14 @@ class HostSyncInLoop(Rule):
     tensor, `if`/`while`/`assert` on a tensor, and a tensor used where Python
     needs an int (`range(n)`, a slice bound `x[:n]`, `x.topk(k)`,
     `x.narrow(0, start, length)`). A sync inside a helper
-    function of the same module that the loop calls is reported at the sync
-    line, naming the loop.
-
-    A module's `forward()` runs on every batch the module sees, so a read of
-    values computed from its inputs is reported there too: `if (labels !=
-    -100).sum() == 0:`, `mask.any()` in a branch, `lengths.max().item()`,
-    also in a function the forward pass calls (in this module or another of
-    the project). Only branches, `.item()` and `float()`/`int()`/`bool()` count
-    there, and only on values a reduction or comparison computed from an
-    input: a flag (`if return_attention:`), a shape (`x.size(0) > 1`) or a
-    `None` check reads nothing, and a decoding loop inside the pass chooses
-    its next step on the host by design. Writing a device tensor into a host
-    tensor (`losses[k] = loss` with `losses = torch.zeros(n)`) is a copy back
-    to the host, and a wait, as well.
+    function that the loop calls is reported at the sync line, naming the
+    loop: a function of the same module, a method of a class whose instance
+    the loop is given a tensor (`meter.update(loss)`), or a function another
+    module of the project imports and calls on every step (not a nested
+    function, which runs when it is called, nor a decoding function, whose
+    reads steer its loop). Writing a device tensor into a host tensor
+    (`losses[k] = loss` with `losses = torch.zeros(n)`) is a copy back to the
+    host, and a wait, as well.
 
     Copies whose result is kept in a host container (`preds.append(out.cpu())`,
     `[p.cpu() for p in outs]`, `results[k] = out.cpu().numpy()`) are left
@@ -153,17 +142,6 @@ class HostSyncInLoop(Rule):
     # another file of the project calls it.
 
     VALID = [
-        # Flags, shapes and None checks of a forward pass's inputs read no values.
-        Valid("""
-            from torch import nn
-            class Net(nn.Module):
-                def forward(self, x, mask=None, return_all: bool = False):
-                    if x.dim() == 3 and x.size(0) > 1:
-                        x = x.flatten(0, 1)
-                    if mask is not None and return_all:
-                        return x * mask
-                    return x
-        """),
         # A NaN guard: the host needs the answer every step, by design; the
         # iteration waits there anyway, so the read after it adds nothing.
         Valid("""
@@ -308,21 +286,6 @@ class HostSyncInLoop(Rule):
     ]
 
     INVALID = [
-        # A module's forward pass runs once per batch: a branch on its inputs' values waits.
-        Invalid(
-            """
-            import torch
-            from torch import nn
-            class TokenLoss(nn.Module):
-                def forward(self, logits, labels):
-                    valid = (labels != -100).sum()
-                    if valid == 0:
-                        return logits.sum() * 0
-                    return logits.mean()
-            """,
-            message="on every forward pass",
-            line=6,
-        ),
         Invalid(
             """
             import torch
@@ -494,7 +457,11 @@ class HostSyncInLoop(Rule):
 
     def __init__(self, ctx, options) -> None:
         super().__init__(ctx, options)
-        self.candidates: List[_Read] = []
+        # (site, node, what, fix, result discarded, parameter whose callers must pass a tensor,
+        # what the finding claims besides running per batch)
+        self.candidates: List[
+            Tuple[Site, cst.CSTNode, str, Optional[Fix], bool, Optional[str], Sequence[Evidence]]
+        ] = []
         # (id(block), index) of statements that run a `torch.cuda.synchronize()`
         self.synchronized_positions: Set[Tuple[int, int]] = set()
 
@@ -516,13 +483,7 @@ class HostSyncInLoop(Rule):
                 return  # a discarded `.cpu()` result is a module moved in place
             if method != "item" and self._collected_on_host(node):
                 return  # the copy is the point: results gathered on the host
-            self._candidate(
-                node,
-                f"`.{method}()`",
-                self._accumulate_fix(node),
-                discardable=True,
-                read=node if method == "item" else None,
-            )
+            self._candidate(node, f"`.{method}()`", self._accumulate_fix(node), discardable=True)
             return
         if _is_to_cpu(node):
             receiver = node.func.value  # type: ignore[attr-defined]
@@ -540,10 +501,9 @@ class HostSyncInLoop(Rule):
         if isinstance(node.func, cst.Name) and node.args:
             func = node.func.value
             if func in _CONVERSIONS and len(node.args) == 1:
-                value = node.args[0].value
-                evidence = self._is_device_value(value) or self._input_only(value)
+                evidence = self._is_device_value(node.args[0].value)
                 if evidence:
-                    self._candidate(node, f"`{func}()` of a tensor", None, param=evidence, read=value)
+                    self._candidate(node, f"`{func}()` of a tensor", None, param=evidence)
             elif func == "range":
                 self._implicit_int(node.args, "`range()` of a tensor")
                 return
@@ -582,15 +542,14 @@ class HostSyncInLoop(Rule):
                 and not lives_on_host(self.ctx, node.value)
             ):
                 name = self.ctx.code_line(host, width=30)
-                made = self.ctx.value_of(dotted_name(host)) if dotted_name(host) else None
+                made = self.ctx.value_of(dotted_name(host))
                 facts = (
                     [Evidence(f"`{name}` is in host memory: `{self.ctx.code_line(made, width=50)}`", node=made)]
                     if made is not None
                     else []
                 )
-                self._candidate(
-                    node.value, f"writing a device tensor into `{name}`, a tensor in host memory,", None, facts=facts
-                )
+                what = f"writing a device tensor into `{name}`, a tensor in host memory,"
+                self._candidate(node.value, what, None, facts=facts)
                 return
 
     def visit_Slice(self, node: cst.Slice) -> None:
@@ -632,14 +591,14 @@ class HostSyncInLoop(Rule):
         if self.ctx.loop is None and self.ctx.function is None:
             return
         for part in _boolean_parts(test):
-            evidence = self._is_device_value(part) or self._input_only(part)
+            evidence = self._is_device_value(part)
             if evidence and _checks_finite(part):
                 # A NaN/inf guard stops or skips the step: the host needs the answer, every
                 # step, by design. It is the iteration's wait, like an explicit synchronize.
                 self.synchronized_positions.update(_unconditional_positions(self.ctx.site()))
                 return
             if evidence:
-                self._candidate(part, f"{keyword} on a tensor", None, param=evidence, read=part)
+                self._candidate(part, f"{keyword} on a tensor", None, param=evidence)
                 return
 
     def _host_already_waited(self, site: Site, waited: Set[Tuple[int, int]]) -> bool:
@@ -739,8 +698,6 @@ class HostSyncInLoop(Rule):
         evidence = tensor_evidence(self.ctx, expr)
         if evidence is True:
             return not lives_on_host(self.ctx, expr)
-        if evidence is False:
-            return False
         function = self.ctx.function
         if (
             evidence is None
@@ -752,13 +709,6 @@ class HostSyncInLoop(Rule):
             return expr.value
         return False
 
-    def _input_only(self, expr: cst.BaseExpression) -> Union[bool, str]:
-        """``_INPUT_ONLY`` when ``expr`` reads the values of an input of the
-        function (``(labels != -100).sum() == 0``) and nothing else shows a tensor."""
-        if self.ctx.function is None or lives_on_host(self.ctx, expr):
-            return False
-        return _INPUT_ONLY if input_value_read(self.ctx, expr) is not None else False
-
     def _candidate(
         self,
         node: cst.CSTNode,
@@ -766,31 +716,14 @@ class HostSyncInLoop(Rule):
         fix: Optional[Fix],
         discardable: bool = False,
         param: Union[bool, str] = True,
-        read: Optional[cst.BaseExpression] = None,
         facts: Sequence[Evidence] = (),
     ) -> None:
-        """Keep a read to decide after the walk. ``read`` is the value whose
-        reading a module's forward pass can make per batch (an `.item()`, a
-        conversion, a branch): the function's input it reads is kept for that."""
         site = self.ctx.site()
         if self.ctx.current_node is not node:
             site = Site(self.ctx, site.stack + (node,), site.function, site.loop)
         discarded = discardable and isinstance(site.parent, cst.Expr)
-        reads_input = input_value_read(self.ctx, read) if read is not None and not self._in_loop_of_own() else None
-        input_only = param == _INPUT_ONLY
-        parameter = param if isinstance(param, str) and not input_only else None
-        self.candidates.append(_Read(site, node, what, fix, discarded, parameter, reads_input, input_only, facts))
-
-    def _in_loop_of_own(self) -> bool:
-        """Is the node in a `while` or `for … in range(…)` loop of its own function
-        (a decoding or iterative loop inside the forward pass), whose control
-        flow usually needs the value?"""
-        loop = self.ctx.loop
-        while loop is not None:
-            if loop.is_generation_loop:
-                return True
-            loop = loop.parent
-        return False
+        parameter = param if isinstance(param, str) else None
+        self.candidates.append((site, node, what, fix, discarded, parameter, facts))
 
     def _accumulate_fix(self, call: cst.Call) -> Optional[Fix]:
         """``total += loss.item()`` -> ``total += loss.detach()`` (display-only)."""
@@ -832,15 +765,7 @@ class HostSyncInLoop(Rule):
         # backward or optimizer step in between, finds the GPU drained and costs
         # nothing more; only the first read of an iteration is worth changing.
         waited: Set[Tuple[int, int]] = set()
-        for read in self.candidates:
-            site, node, what, fix, discarded, param = (
-                read.site,
-                read.node,
-                read.what,
-                read.fix,
-                read.discarded,
-                read.param,
-            )
+        for site, node, what, fix, discarded, param, facts in self.candidates:
             if site.in_exception_path():
                 continue
             if param is not None and not self.ctx.facts.param_receives_tensor(site.function, param):
@@ -849,9 +774,7 @@ class HostSyncInLoop(Rule):
             waited.update(_unconditional_positions(site))
             if already_waited:
                 continue
-            loop, helper = (None, None) if read.input_only else site.batch_context()
-            if loop is None and read.reads_input is not None and self._report_in_forward(read):
-                continue
+            loop, helper = site.batch_context()
             if loop is None:
                 # a generation or other non-batch loop: only a read nobody uses is worth a word
                 if discarded and site.loop is not None:
@@ -883,76 +806,7 @@ class HostSyncInLoop(Rule):
                     f"it is called from {loop.line_hint}; "
                     "read the value every N steps instead"
                 )
-            self.report(node, message, fix, evidence=[*read.facts, *_loop_evidence(loop, helper)])
-
-    def _report_in_forward(self, read: "_Read") -> bool:
-        """Report a read of the batch's values in a module's forward pass (or a
-        function it calls): the module runs it on every batch it sees. True
-        when reported."""
-        site, node, what, reads_input = read.site, read.node, read.what, read.reads_input
-        if reads_input is None:
-            return False
-        forward, helper = site.forward_context()
-        if forward is not None:
-            where = (
-                f"`{forward.class_name}.forward()`"
-                if helper is None
-                else f"`{helper.name}()`, which `{forward.class_name}.forward()` calls,"
-            )
-            runs = Evidence(
-                "in a module's `forward()`: runs on every batch the module sees"
-                if helper is None
-                else f"`{helper.name}()` runs on every forward pass, called from `{forward.class_name}.forward()`",
-                node=forward.node,
-            )
-        else:
-            elsewhere, function = site.forward_elsewhere()
-            if elsewhere is None or function is None:
-                return False
-            where = f"`{function.name}()`, which {elsewhere} calls,"
-            runs = Evidence(f"`{function.name}()` runs on every forward pass: {elsewhere} calls it", node=function.node)
-        advice = (
-            "keep the branch on the device (`torch.where`, `clamp`) or check it outside the step"
-            if "`if`" in what or "`while`" in what
-            else "keep the value on the device, or compute it once outside the step"
-        )
-        owner = helper or forward or site.function
-        param_node = _parameter_node(owner, reads_input) if owner is not None else None
-        self.report(
-            node,
-            f"{what} in {where} reads the values of `{reads_input}` on every forward pass, "
-            f"a host-device sync per batch; {advice}",
-            evidence=[
-                runs,
-                Evidence(f"`{reads_input}` is an input of the forward pass", node=param_node or node),
-            ],
-        )
-        return True
-
-
-def _parameter_node(function, name: str) -> Optional[cst.CSTNode]:
-    params = getattr(function.node, "params", None)
-    if params is None:
-        return None
-    for param in (*params.posonly_params, *params.params, *params.kwonly_params):
-        if param.name.value == name:
-            return param
-    return None
-
-
-@dataclass(frozen=True)
-class _Read:
-    """A host read seen during the walk, decided once the module is known."""
-
-    site: Site
-    node: cst.CSTNode
-    what: str
-    fix: Optional[Fix]
-    discarded: bool  # its result is thrown away
-    param: Optional[str]  # a parameter the function's callers must pass a tensor for
-    reads_input: Optional[str]  # the function's input whose values it reads
-    input_only: bool  # nothing but that input shows a tensor: only a forward pass reports it
-    facts: Sequence[Evidence]  # what the finding claims besides running per batch
+            self.report(node, message, fix, evidence=[*facts, *_loop_evidence(loop, helper)])
 
 
 def _loop_evidence(loop, helper) -> List[Evidence]:

@@ -330,7 +330,22 @@ class Site:
             hint = analysis.hot_from_elsewhere(self.ctx, function)
             if hint is not None:
                 return ForeignLoop(hint), function
+        if (
+            analysis is not None
+            and function is not None
+            and function is self.function  # not a nested function: it runs when its parent is called
+            and function.class_name is None
+            and not self._decodes(function)
+        ):
+            hint = analysis.function_hot_elsewhere(self.ctx, function)
+            if hint is not None:
+                return ForeignLoop(hint), function
         return None, None
+
+    def _decodes(self, function: FunctionInfo) -> bool:
+        """Does the function run a decoding or sampling loop (``while``, ``for … in
+        range(…)`` that does not train)? Its reads steer the decoding on the host."""
+        return any(loop.function is function and loop.is_generation_loop for loop in self.ctx.facts.loops.values())
 
     def forward_context(self) -> Tuple[Optional[FunctionInfo], Optional[FunctionInfo]]:
         """(the module's ``forward()``, the helper it calls or None) when the

@@ -272,6 +272,51 @@ class ProjectAnalysis:
                 return found
         return None
 
+    def function_hot_elsewhere(self, ctx: FileModel, function: "FunctionInfo") -> Optional[str]:
+        """Does another file of the project import this module-level function
+        and call it on every step of a batch loop, or from a function that
+        runs once per batch there (``get_grad_norm(model.parameters())`` in
+        ``main.py``'s training loop, defined in ``utils.py``)? Returns how to
+        name that loop ("`for x in loader` in main.py"), else None. Only the
+        files whose text names the function and this module are walked."""
+        if function.class_name is not None or function.parent is not None:
+            return None
+        path = os.path.abspath(ctx.path)
+        memo = self._consult().memo("hot functions")
+        key = (path, function.name)
+        if key in memo:
+            return memo[key]
+        memo[key] = None
+        texts = self.project.texts()
+        stem = _module_stem(path)
+        files = self._paths()
+        for other, text in texts.items():
+            if other == path or f"{function.name}(" not in text or stem not in text:
+                continue
+            summary = self.summary(other)
+            if summary is None:
+                continue
+            imported = summary.names.imported_name(cst.Name(function.name))
+            if imported is None or resolve_module(other, imported.rpartition(".")[0], files) != path:
+                continue  # a function of the same name from elsewhere
+            where = os.path.basename(other)
+            for loop in summary.facts.loops.values():
+                if loop.is_batch_loop and any(
+                    site.runs_every_step(within=loop) for site in loop.call_sites.get(function.name, ())
+                ):
+                    memo[key] = f"{loop.line_hint} in {where}"
+                    return memo[key]
+            reached = summary.facts.functions_run_per_batch()
+            for infos in summary.facts.functions.values():
+                for info in infos:
+                    found = reached.get(id(info))
+                    if found is None:
+                        continue
+                    if any(callee == function.name and site.runs_every_step() for callee, site in info.call_sites):
+                        memo[key] = f"{found[0].line_hint} in {where}"
+                        return memo[key]
+        return None
+
     def forward_caller_elsewhere(self, ctx: FileModel, function: "FunctionInfo") -> Optional[str]:
         """Where a ``forward()`` of another file of the project calls this
         module-level function on every pass (``timestep_embedding`` of

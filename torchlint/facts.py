@@ -94,6 +94,8 @@ class LoopInfo:
         if isinstance(self.node, cst.While):
             return True
         iterable = self.node.iter  # type: ignore[attr-defined]
+        if isinstance(iterable, cst.NamedExpr):  # ``for _ in (pbar := trange(n))``
+            iterable = iterable.value
         return isinstance(iterable, cst.Call) and dotted_name(iterable.func) in ("range", "trange", "tqdm.trange")
 
     @property

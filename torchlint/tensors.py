@@ -10,7 +10,7 @@ already seen in the current scope, so ask it at visit time.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Callable, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Callable, Optional, Set
 
 import libcst as cst
 
@@ -167,85 +167,6 @@ def _name_evidence(ctx: "FileModel", expr: cst.BaseExpression, seen) -> Optional
     # Never assigned in this scope (a parameter, a global, an attribute):
     # its name alone is no evidence (``if with_loss:`` is a bool).
     return None
-
-
-# Tensor operations whose result depends on the values of their input, not
-# only its shape: a Python branch on one needs the data.
-_VALUE_OPERATIONS = frozenset(
-    """
-    sum mean max min amax amin any all eq ne gt ge lt le isnan isinf isfinite count_nonzero abs norm
-    prod long int float bool item argmax argmin logical_and logical_or logical_not nansum
-    """.split()
-)
-# Tensor methods that keep the values they were given (another view, dtype or place).
-_VALUE_PRESERVING = frozenset(
-    """
-    view reshape flatten contiguous squeeze unsqueeze permute transpose detach clone to cuda float half
-    bfloat16 double type_as narrow select expand
-    """.split()
-)
-
-
-def input_value_read(ctx: "FileModel", expr: cst.BaseExpression) -> Optional[str]:
-    """The parameter of the current function whose *values* ``expr`` reads:
-    ``(labels != -100).sum()``, ``mask.any()``, ``torch.sum(weights) == 0``,
-    through locals assigned once (``n = labels.ne(-100).sum(); if n == 0``).
-    At least one value operation (a reduction, a comparison method, a cast)
-    must sit between the parameter and ``expr``, so a flag (``if
-    return_attention:``) or a shape (``x.size(0) > 1``, ``x.dim() == 3``) is
-    never one. None when ``expr`` is not computed that way. Ask at visit time.
-
-    In a module's ``forward()`` the parameters are the batch: wherever the
-    module runs, so do they, and a value read from them is read on every pass."""
-    function = ctx.function
-    if function is None:
-        return None
-    params = set(function.params) - {"self", "cls"}
-    found = _input_value(ctx, expr, params, 0)
-    return found[0] if found is not None and found[1] else None
-
-
-def _input_value(ctx: "FileModel", expr: cst.BaseExpression, params: Set[str], depth: int):
-    """(parameter, whether a value operation was applied) or None."""
-    if depth > 12:
-        return None
-    if isinstance(expr, cst.Name):
-        value = ctx.value_of(expr.value)
-        found = _input_value(ctx, value, params, depth + 1) if value is not None and value is not UNKNOWN_PART else None
-        if found is None and expr.value in params:
-            found = (expr.value, False)  # the parameter itself (or rebound after this use)
-        return found
-    if isinstance(expr, (cst.UnaryOperation,)):
-        return _input_value(ctx, expr.expression, params, depth + 1)
-    if isinstance(expr, cst.Subscript):
-        return _input_value(ctx, expr.value, params, depth + 1)
-    parts: Tuple[cst.BaseExpression, ...]
-    if isinstance(expr, cst.BinaryOperation):
-        parts = (expr.left, expr.right)
-    elif isinstance(expr, cst.Comparison):
-        if any(isinstance(t.operator, (cst.Is, cst.IsNot, cst.In, cst.NotIn)) for t in expr.comparisons):
-            return None
-        parts = (expr.left, *(t.comparator for t in expr.comparisons))
-    elif isinstance(expr, cst.Call):
-        func = expr.func
-        qname = ctx.names.qualified_name(func) or ""
-        if qname.startswith("torch."):  # ``torch.sum(mask)``: the tensor is the first argument
-            if qname.rsplit(".", 1)[-1] not in _VALUE_OPERATIONS or not expr.args:
-                return None
-            inner = _input_value(ctx, expr.args[0].value, params, depth + 1)
-            return (inner[0], True) if inner is not None else None
-        if isinstance(func, cst.Attribute) and func.attr.value in _VALUE_OPERATIONS:
-            inner = _input_value(ctx, func.value, params, depth + 1)
-            return (inner[0], True) if inner is not None else None
-        if isinstance(func, cst.Attribute) and func.attr.value in _VALUE_PRESERVING:
-            return _input_value(ctx, func.value, params, depth + 1)
-        return None
-    else:
-        return None
-    found = [f for f in (_input_value(ctx, part, params, depth + 1) for part in parts) if f is not None]
-    if not found:
-        return None
-    return next((f for f in found if f[1]), found[0])
 
 
 def reads_host(call: cst.Call) -> Optional[str]:
