@@ -9,12 +9,14 @@ from torchlint.model import (
     FunctionInfo,
     LoopInfo,
     Site,
+    child_nodes,
     dotted_name,
+    is_periodic_test,
     iter_subtree,
     last_name,
     per_batch_evidence,
 )
-from torchlint.rule import Invalid, Rule, Valid
+from torchlint.rule import Evidence, Invalid, Rule, Valid
 
 # Device-wide synchronizations, by qualified name.
 _DEVICE_SYNCS = frozenset(
@@ -74,6 +76,12 @@ class SynchronizeInLoop(Rule):
     benchmarking or profiling, under a periodic guard (`if step % N == 0:`),
     under a debugging/profiling switch (`if args.profile:`), on exception
     paths, and in loops that do not run per batch.
+
+    One timing case is reported: a training loop that synchronizes on every
+    step to time it (`batch_time.update(time.time() - end)`) but uses the
+    measured time only under a periodic guard (`if idx % print_freq == 0:`).
+    The stall is paid on every step for a figure shown on a few; synchronize
+    and read the clock on those steps only.
 
     Test modules (`test_*.py`, `*_test.py`, `conftest.py`, files under
     `test/`, `tests/` or `testing/`) are skipped: a test that synchronizes inside its loops
@@ -226,6 +234,23 @@ class SynchronizeInLoop(Rule):
     INVALID = [
         Invalid(
             """
+            import time
+            import torch
+            end = time.time()
+            for idx, (x, y) in enumerate(loader):
+                loss = criterion(model(x.cuda()), y.cuda())
+                loss.backward()
+                optimizer.step()
+                torch.cuda.synchronize()
+                batch_time.update(time.time() - end)
+                end = time.time()
+                if idx % print_freq == 0:
+                    print(batch_time.avg)
+            """,
+            message="to time the step",
+        ),
+        Invalid(
+            """
             import torch
             for batch in loader:
                 loss = model(batch)
@@ -362,14 +387,15 @@ class SynchronizeInLoop(Rule):
 
     def finish(self) -> None:
         for site, node, what in self.candidates:
-            if site.in_exception_path() or self._timing(site) or _under_diagnostic_guard(site):
+            if site.in_exception_path() or self._named_for_timing(site) or _under_diagnostic_guard(site):
                 continue
             loop, helper = site.batch_context()
             if loop is None:
                 continue
-            if id(loop) in self.timing_loops:
-                continue
             if site.under_periodic_guard(within=loop if helper is None else None):
+                continue
+            if self._timing(site) or id(loop) in self.timing_loops:
+                self._report_step_timer(site, node, what, loop, helper)
                 continue
             if helper is None:
                 message = (
@@ -383,13 +409,44 @@ class SynchronizeInLoop(Rule):
                 )
             self.report(node, message, evidence=[per_batch_evidence(loop, helper)])
 
-    def _timing(self, site: Site) -> bool:
-        for loop in site.loops():
-            if id(loop) in self.timing_loops:
-                return True
+    def _report_step_timer(self, site: Site, node: cst.CSTNode, what: str, loop, helper) -> None:
+        """A training loop that synchronizes on every step to time it, while it
+        shows what it measures only every N steps (``if step % N == 0:``
+        below): the stall is paid on every step for a figure read on a few.
+        Synchronize and read the clock on the logging steps only. A loop that
+        does not train (a benchmark, an evaluation pass) times on purpose."""
+        if helper is not None or not isinstance(loop, LoopInfo) or not loop.trains:
+            return
+        guard = _timing_shown_periodically(self.ctx, loop)
+        if guard is None:
+            return
+        self.report(
+            node,
+            f"{what} blocks the host until the GPU is idle on every iteration of {loop.line_hint} "
+            "to time the step, but the loop shows its figures only every N steps; "
+            "synchronize and read the clock on those steps only",
+            evidence=[
+                per_batch_evidence(loop, helper),
+                Evidence("the measured time is shown only under this periodic guard", node=guard),
+            ],
+        )
+
+    def _named_for_timing(self, site: Site) -> bool:
+        """In a function named for benchmarking or profiling: timing is its purpose."""
         function: Optional[FunctionInfo] = site.function
         while function is not None:
-            if id(function) in self.timing_functions or _TIMING_FUNCTION.search(function.name):
+            if _TIMING_FUNCTION.search(function.name):
+                return True
+            function = function.parent
+        return False
+
+    def _timing(self, site: Site) -> bool:
+        """A clock is read in a loop or function that holds the synchronize."""
+        if any(id(loop) in self.timing_loops for loop in site.loops()):
+            return True
+        function: Optional[FunctionInfo] = site.function
+        while function is not None:
+            if id(function) in self.timing_functions:
                 return True
             function = function.parent
         return False
@@ -410,6 +467,108 @@ def _is_stream_like(ctx, expr: cst.BaseExpression) -> bool:
         return True
     last = name.rsplit(".", 1)[-1]
     return bool(_STREAM_NAME.search(last))
+
+
+def _timing_shown_periodically(ctx, loop: LoopInfo) -> Optional[cst.If]:
+    """The periodic ``if`` (``if step % print_freq == 0:``) under which the
+    loop uses what its clock measured, when every such use in the loop's own
+    body is under one: the names a clock reading is assigned to (``dt = t1 -
+    t0``) and the meters it is given to (``batch_time.update(time.time() -
+    end)``). None when the measurement is used every step, or not at all."""
+    statements = [s for s in _own_statements(loop.node.body) if _clock_in(ctx, s)]  # type: ignore[attr-defined]
+    timed: Set[str] = set()
+    for statement in statements:
+        timed.update(_defined_names(statement))
+    for statement in _own_statements(loop.node.body):  # ``elapsed = t1 - t0`` after ``t1 = time.time()``
+        if isinstance(statement, cst.Assign) and _names_in(statement.value) & timed:
+            timed.update(_defined_names(statement))
+    if not timed:
+        return None
+    guards: List[cst.If] = []
+    unguarded = False
+
+    def visit(node: cst.CSTNode, guard: Optional[cst.If]) -> None:
+        nonlocal unguarded
+        if isinstance(node, (cst.For, cst.While, cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            return
+        if isinstance(node, cst.SimpleStatementLine) and _defined_names(node) and not _uses_beyond_definition(node, timed):
+            return  # where the measurement is taken or stored
+        if isinstance(node, cst.If) and is_periodic_test(node.test):
+            guard = node
+        if isinstance(node, (cst.Name, cst.Attribute)) and dotted_name(node) in timed:
+            if guard is None:
+                unguarded = True
+            else:
+                guards.append(guard)
+            return
+        for child in child_nodes(node):
+            visit(child, guard)
+
+    visit(loop.node.body, None)  # type: ignore[attr-defined]
+    return guards[0] if guards and not unguarded else None
+
+
+def _own_statements(body: cst.CSTNode):
+    """The simple statements of a loop's body, not those of nested loops or functions."""
+    if isinstance(body, (cst.For, cst.While, cst.FunctionDef, cst.ClassDef)):
+        return
+    if isinstance(body, cst.SimpleStatementLine):
+        for statement in body.body:
+            yield statement
+        return
+    for child in child_nodes(body):
+        yield from _own_statements(child)
+
+
+def _clock_in(ctx, node: cst.CSTNode) -> bool:
+    return any(
+        isinstance(sub, cst.Call)
+        and (
+            ctx.qualified_name(sub.func) in _CLOCKS
+            or (isinstance(sub.func, cst.Attribute) and sub.func.attr.value == "elapsed_time")
+        )
+        for sub in iter_subtree(node)
+    )
+
+
+def _defined_names(node: cst.CSTNode) -> Set[str]:
+    """Names a statement stores into: assignment targets, and the receiver of
+    an ``update``/``append``/``add`` call (a meter or a list)."""
+    statements = node.body if isinstance(node, cst.SimpleStatementLine) else [node]
+    found: Set[str] = set()
+    for statement in statements:
+        if isinstance(statement, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
+            targets = [t.target for t in statement.targets] if isinstance(statement, cst.Assign) else [statement.target]
+            for target in targets:
+                for sub in iter_subtree(target):
+                    name = dotted_name(sub) if isinstance(sub, (cst.Name, cst.Attribute)) else None
+                    if name:
+                        found.add(name)
+        elif isinstance(statement, cst.Expr) and isinstance(statement.value, cst.Call):
+            func = statement.value.func
+            if isinstance(func, cst.Attribute) and func.attr.value in ("update", "append", "add", "add_"):
+                name = dotted_name(func.value)
+                if name:
+                    found.add(name)
+    return found
+
+
+def _uses_beyond_definition(node: cst.SimpleStatementLine, timed: Set[str]) -> bool:
+    """Does a statement that stores a measurement also read one for another
+    purpose (``print(dt)`` on the same line)? Plain stores do not."""
+    return any(isinstance(s, cst.Expr) and not _defined_names(s) for s in node.body) and bool(
+        _names_in(node) & timed
+    )
+
+
+def _names_in(node: cst.CSTNode) -> Set[str]:
+    return {
+        name
+        for sub in iter_subtree(node)
+        if isinstance(sub, (cst.Name, cst.Attribute))
+        for name in (dotted_name(sub),)
+        if name
+    }
 
 
 def _under_diagnostic_guard(site: Site) -> bool:
