@@ -475,11 +475,12 @@ def _timing_shown_periodically(ctx, loop: LoopInfo) -> Optional[cst.If]:
     body is under one: the names a clock reading is assigned to (``dt = t1 -
     t0``) and the meters it is given to (``batch_time.update(time.time() -
     end)``). None when the measurement is used every step, or not at all."""
-    statements = [s for s in _own_statements(loop.node.body) if _clock_in(ctx, s)]  # type: ignore[attr-defined]
+    body: cst.BaseSuite = loop.node.body  # type: ignore[attr-defined]
     timed: Set[str] = set()
-    for statement in statements:
-        timed.update(_defined_names(statement))
-    for statement in _own_statements(loop.node.body):  # ``elapsed = t1 - t0`` after ``t1 = time.time()``
+    for statement in _own_statements(body):
+        if _clock_in(ctx, statement):
+            timed.update(_defined_names(statement))
+    for statement in _own_statements(body):  # ``elapsed = t1 - t0`` after ``t1 = time.time()``
         if isinstance(statement, cst.Assign) and _names_in(statement.value) & timed:
             timed.update(_defined_names(statement))
     if not timed:
@@ -491,7 +492,11 @@ def _timing_shown_periodically(ctx, loop: LoopInfo) -> Optional[cst.If]:
         nonlocal unguarded
         if isinstance(node, (cst.For, cst.While, cst.FunctionDef, cst.ClassDef, cst.Lambda)):
             return
-        if isinstance(node, cst.SimpleStatementLine) and _defined_names(node) and not _uses_beyond_definition(node, timed):
+        if (
+            isinstance(node, cst.SimpleStatementLine)
+            and _defined_names(node)
+            and not _uses_beyond_definition(node, timed)
+        ):
             return  # where the measurement is taken or stored
         if isinstance(node, cst.If) and is_periodic_test(node.test):
             guard = node
@@ -504,7 +509,7 @@ def _timing_shown_periodically(ctx, loop: LoopInfo) -> Optional[cst.If]:
         for child in child_nodes(node):
             visit(child, guard)
 
-    visit(loop.node.body, None)  # type: ignore[attr-defined]
+    visit(body, None)
     return guards[0] if guards and not unguarded else None
 
 
@@ -556,9 +561,7 @@ def _defined_names(node: cst.CSTNode) -> Set[str]:
 def _uses_beyond_definition(node: cst.SimpleStatementLine, timed: Set[str]) -> bool:
     """Does a statement that stores a measurement also read one for another
     purpose (``print(dt)`` on the same line)? Plain stores do not."""
-    return any(isinstance(s, cst.Expr) and not _defined_names(s) for s in node.body) and bool(
-        _names_in(node) & timed
-    )
+    return any(isinstance(s, cst.Expr) and not _defined_names(s) for s in node.body) and bool(_names_in(node) & timed)
 
 
 def _names_in(node: cst.CSTNode) -> Set[str]:
