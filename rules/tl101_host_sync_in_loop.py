@@ -40,6 +40,8 @@ _FORMATTERS = ("print", "str", "repr", "format")
 # Tensor methods whose size arguments must be Python ints: a tensor there is read back.
 # Container methods that keep what they are given.
 _COLLECTING_METHODS = frozenset({"append", "extend", "add", "insert", "put", "put_nowait"})
+# Tokenizer methods that turn token ids into text on the host.
+_DECODERS = frozenset({"decode", "batch_decode", "convert_ids_to_tokens", "decode_batch"})
 # (positions, keywords) of each one's int arguments.
 _INT_ARGUMENT_METHODS = {"topk": ((0,), ("k",)), "kthvalue": ((0,), ("k",)), "narrow": ((1, 2), ("start", "length"))}
 
@@ -63,9 +65,12 @@ class HostSyncInLoop(Rule):
     host, and a wait, as well.
 
     Copies whose result is kept in a host container (`preds.append(out.cpu())`,
-    `[p.cpu() for p in outs]`, `results[k] = out.cpu().numpy()`) are left
-    alone: the host needs that data (metrics, saving, a caching pass), so the
-    copy is the work. `total.append(loss.item())` is still reported.
+    `[p.cpu() for p in outs]`, `results[k] = out.cpu().numpy()`), or handed
+    to work only the host can do (`tokenizer.batch_decode(ids.cpu().numpy())`,
+    directly or through a name) are left alone: the host needs that data
+    (metrics, saving, decoding into text, a caching pass), so the copy is the
+    work. Such a copy is still the iteration's wait, so a read next to it
+    costs nothing more. `total.append(loss.item())` is still reported.
 
     Only the first wait of an iteration is reported: once a host read (or a
     `torch.cuda.synchronize()`, for timing) has drained the GPU, later reads
@@ -482,7 +487,10 @@ class HostSyncInLoop(Rule):
             ):
                 return  # a discarded `.cpu()` result is a module moved in place
             if method != "item" and self._collected_on_host(node):
-                return  # the copy is the point: results gathered on the host
+                # the copy is the point (results gathered on the host), and a wait all the same:
+                # a later read of the iteration finds the GPU drained
+                self.synchronized_positions.update(_unconditional_positions(self.ctx.site()))
+                return
             self._candidate(node, f"`.{method}()`", self._accumulate_fix(node), discardable=True)
             return
         if _is_to_cpu(node):
@@ -670,6 +678,8 @@ class HostSyncInLoop(Rule):
                 child = parent
                 continue
             if isinstance(parent, cst.Call):
+                if self._host_consumer(parent):
+                    return True  # ``tokenizer.batch_decode(ids.cpu().numpy())``: the host works on it
                 return isinstance(parent.func, cst.Attribute) and parent.func.attr.value in _COLLECTING_METHODS
             if isinstance(parent, (cst.ListComp, cst.SetComp, cst.GeneratorExp)):
                 return child is parent.elt
@@ -679,8 +689,34 @@ class HostSyncInLoop(Rule):
                 child = parent
                 continue
             if isinstance(parent, cst.Assign):
-                return any(isinstance(t.target, cst.Subscript) for t in parent.targets)
+                if any(isinstance(t.target, cst.Subscript) for t in parent.targets):
+                    return True
+                names = {t.target.value for t in parent.targets if isinstance(t.target, cst.Name)}
+                return bool(names) and self._consumed_on_host(names, stack[:index])
             return False
+        return False
+
+    def _host_consumer(self, call: cst.Call) -> bool:
+        """A call whose work can only be done on the host: decoding token ids
+        into text (``tokenizer.batch_decode``). (A numpy metric is not one: an
+        accuracy computed in numpy for a print could be computed on the device.)"""
+        return last_name(call.func) in _DECODERS
+
+    def _consumed_on_host(self, names: Set[str], ancestors: Sequence[cst.CSTNode]) -> bool:
+        """Is a name the copy was assigned to handed to a host consumer in the
+        loop body (or function) that holds the assignment: ``ids = out.cpu()``
+        … ``tokenizer.batch_decode(ids)``?"""
+        scope = next(
+            (a for a in reversed(ancestors) if isinstance(a, (cst.For, cst.While, cst.FunctionDef))),
+            None,
+        )
+        if scope is None:
+            return False
+        for sub in iter_subtree(scope):
+            if isinstance(sub, cst.Call) and self._host_consumer(sub):
+                for arg in sub.args:
+                    if any(isinstance(n, cst.Name) and n.value in names for n in iter_subtree(arg.value)):
+                        return True
         return False
 
     def _used_as_module(self, node: cst.CSTNode) -> bool:
