@@ -506,9 +506,9 @@ class DataloaderSingleProcess(Rule):
         """A trainer that builds its loader from an arguments object: Hugging
         Face's ``Trainer(args=TrainingArguments(...), train_dataset=...)``
         leaves ``dataloader_num_workers`` at 0 unless it is given."""
-        arguments_parameter, workers_key, dataset_parameter = FRAMEWORK_LOADER_ARGUMENTS[run.framework]
-        arguments = self._assigned_once(_argument(run.constructor, *arguments_parameter))
-        if not isinstance(arguments, cst.Call) or any(arg.star for arg in arguments.args):
+        workers_key, dataset_parameter = FRAMEWORK_LOADER_ARGUMENTS[run.framework]
+        arguments = run.arguments
+        if arguments is None or any(arg.star for arg in arguments.args):
             return  # settings the rule cannot see
         if any(arg.star for arg in run.constructor.args):
             return
@@ -539,13 +539,6 @@ class DataloaderSingleProcess(Rule):
                 framework_run_evidence(self.ctx, run),
             ],
         )
-
-    def _assigned_once(self, value: Optional[cst.BaseExpression]) -> Optional[cst.BaseExpression]:
-        """A name's value when the module assigns it once, else the expression itself."""
-        if isinstance(value, cst.Name):
-            assigned = self.assigned.get(value.value, ())
-            return assigned[0] if len(assigned) == 1 else None
-        return value
 
     def _config_dict(self, value: Optional[cst.BaseExpression]) -> Optional[cst.Call]:
         """``dict(batch_size=..., dataset=...)``, directly or through the name it was assigned to once."""

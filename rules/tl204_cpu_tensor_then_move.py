@@ -482,7 +482,7 @@ class CpuTensorThenMove(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
-        if tensor_type_device(self.ctx, func) == "device" and not isinstance(func, cst.SimpleString):
+        if tensor_type_device(self.ctx, func) == "device":
             self._numpy_into_device_type(node)
             return
         if not isinstance(func, cst.Attribute) or func.attr.value not in ("to", "cuda", "type", "type_as"):

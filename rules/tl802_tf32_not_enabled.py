@@ -3,15 +3,11 @@ from __future__ import annotations
 import re
 from typing import Optional, Tuple
 
-import libcst as cst
-
 from torchlint.model import (
     TrainerRun,
     framework_run_evidence,
     framework_training_run,
-    keyword_value,
     outermost_loop_in_function,
-    positional,
     torch_alias,
     training_entry_loop,
     training_loop_evidence,
@@ -446,11 +442,9 @@ class Tf32NotEnabled(Rule):
     def _report_framework(self, run: TrainerRun, matmuls: "re.Match[str]") -> None:
         """A trainer that takes the precision from its arguments (Hugging Face's
         ``TrainingArguments``) and puts the model on the GPU itself."""
-        parameter, setting = _FRAMEWORK_TF32[run.framework]
-        arguments = keyword_value(run.constructor, parameter[0]) or positional(run.constructor, parameter[1])
-        if isinstance(arguments, cst.Name):
-            arguments = self.ctx.facts.module_constants.get(arguments.value)
-        if not isinstance(arguments, cst.Call) or any(arg.star for arg in arguments.args):
+        setting = _FRAMEWORK_TF32[run.framework]
+        arguments = run.arguments
+        if arguments is None or any(arg.star for arg in arguments.args):
             return  # settings the rule cannot see
         row, column = _place(self.ctx.source, matmuls)
         self.report(
@@ -468,6 +462,6 @@ class Tf32NotEnabled(Rule):
         )
 
 
-# Trainers that put the model on the GPU and take TF32 from their arguments:
-# (the arguments' parameter (keyword, position), the setting to add).
-_FRAMEWORK_TF32 = {"transformers": (("args", 1), "TrainingArguments(tf32=True)")}
+# Trainers that put the model on the GPU and take TF32 from their arguments
+# object (``TrainerRun.arguments``): the setting to add.
+_FRAMEWORK_TF32 = {"transformers": "TrainingArguments(tf32=True)"}

@@ -620,11 +620,7 @@ def _demo_sized(ctx: "FileModel", run: TrainerRun) -> bool:
     ``max_duration="10ba"``, ``limit_train_batches=20``, ``fast_dev_run=True``,
     ``TrainingArguments(max_steps=10)``)? Its constructor, its run call and an
     arguments object given to it (``args=TrainingArguments(...)``) are read."""
-    calls = [run.constructor, run.run]
-    for arg in run.constructor.args:
-        value = ctx.facts.module_constants.get(arg.value.value) if isinstance(arg.value, cst.Name) else arg.value
-        if isinstance(value, cst.Call) and (last_name(value.func) or "").endswith(("Arguments", "Config")):
-            calls.append(value)
+    calls = [run.constructor, run.run] + ([run.arguments] if run.arguments is not None else [])
     for call in calls:
         for arg in call.args:
             key = arg.keyword.value if arg.keyword is not None else None

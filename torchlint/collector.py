@@ -24,6 +24,7 @@ from torchlint.facts import (
     TrainerRun,
     is_dataloader_call,
     keyword,
+    keyword_value,
     literal_bool,
 )
 from torchlint.names import dotted_name, last_name
@@ -31,6 +32,7 @@ from torchlint.tensors import device_move, tensor_evidence
 from torchlint.vocabulary import (
     BUILTIN_CALLS,
     EXIT_CALLS,
+    FRAMEWORK_ARGUMENTS,
     FRAMEWORK_TRAINERS,
     KEEPS_ITEMS,
     LIBRARY_MODULES,
@@ -275,7 +277,25 @@ class Collector:
             return
         trainer = FRAMEWORK_TRAINERS.get(self.names.qualified_name(constructor.func) or "")
         if trainer is not None and trainer[1] == method:
-            self.facts.trainer_runs.append(TrainerRun(trainer[0], constructor, node, self.function))
+            arguments = self._trainer_arguments(trainer[0], constructor)
+            self.facts.trainer_runs.append(TrainerRun(trainer[0], constructor, node, self.function, arguments))
+
+    def _trainer_arguments(self, framework: str, constructor: cst.Call) -> Optional[cst.Call]:
+        """The arguments object a trainer is built with, by keyword or position,
+        through the name it holds at this point of the walk (``args =
+        TrainingArguments(...)``). Resolved now: the scope's values are gone by
+        the time a rule asks."""
+        where = FRAMEWORK_ARGUMENTS.get(framework)
+        if where is None:
+            return None
+        keyword, position = where
+        value = keyword_value(constructor, keyword)
+        if value is None:
+            given = [arg.value for arg in constructor.args if arg.keyword is None and not arg.star]
+            value = given[position] if len(given) > position else None
+        if isinstance(value, cst.Name):
+            value = self.values.get(value.value)
+        return value if isinstance(value, cst.Call) else None
 
     def _record_batch_copy(self, receiver: cst.BaseExpression) -> None:
         origin = self.batches.origin_of(receiver)

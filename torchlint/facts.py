@@ -212,6 +212,9 @@ class TrainerRun:
     constructor: cst.Call
     run: cst.Call
     function: Optional[FunctionInfo]  # where the run is called (None: module level)
+    # the arguments object the constructor is given (``args=TrainingArguments(...)``),
+    # followed through the name it was assigned to; None when there is none or it cannot be seen
+    arguments: Optional[cst.Call] = None
 
 
 class ModuleFacts:

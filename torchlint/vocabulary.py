@@ -244,10 +244,14 @@ def framework_of_base(qualified: str) -> Optional[Tuple[str, frozenset]]:
 LIBRARY_MODULES = ("torch.", "numpy.", "math.", "os.", "sys.", "time.", "random.", "json.", "logging.", "functools.")
 # Keywords of a framework trainer that take a loader configuration it builds a DataLoader from.
 FRAMEWORK_LOADER_KEYWORDS = {"mmengine": ("train_dataloader",)}
-# Frameworks that take the training loader's settings from an arguments object:
-# the trainer's parameter for it (keyword, position), the workers setting in it,
-# and the trainer's parameter for the training dataset (keyword, position).
-FRAMEWORK_LOADER_ARGUMENTS = {"transformers": (("args", 1), "dataloader_num_workers", ("train_dataset", 3))}
+# Trainers configured through an arguments object (Hugging Face's
+# ``TrainingArguments``, TRL's ``SFTConfig``): where the constructor takes it,
+# as (keyword, position). The collector resolves it (``TrainerRun.arguments``).
+FRAMEWORK_ARGUMENTS = {"transformers": ("args", 1)}
+# Frameworks that take the training loader's settings from that arguments
+# object: the workers setting in it, and the trainer's parameter for the
+# training dataset (keyword, position).
+FRAMEWORK_LOADER_ARGUMENTS = {"transformers": ("dataloader_num_workers", ("train_dataset", 3))}
 # Frameworks handed a DataLoader built by the script, to train with: where it
 # is passed, as (keyword, position) of the trainer's constructor and of the call
 # that runs it (a position of None: by keyword only).
